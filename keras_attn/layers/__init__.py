@@ -1,0 +1,30 @@
+"""Building blocks of the Transformer (Vaswani et al., 2017)."""
+
+from keras_attn.layers.feed_forward import FeedForward
+from keras_attn.layers.masking import causal_mask, merge_attention_masks
+from keras_attn.layers.multi_head_attention import MultiHeadAttention
+from keras_attn.layers.position_embedding import PositionEmbedding
+from keras_attn.layers.scaled_dot_product_attention import (
+    scaled_dot_product_attention,
+)
+from keras_attn.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+from keras_attn.layers.token_and_position_embedding import (
+    TokenAndPositionEmbedding,
+)
+from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
+from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
+
+__all__ = [
+    "FeedForward",
+    "MultiHeadAttention",
+    "PositionEmbedding",
+    "SinusoidalPositionEncoding",
+    "TokenAndPositionEmbedding",
+    "TransformerDecoderBlock",
+    "TransformerEncoderBlock",
+    "causal_mask",
+    "merge_attention_masks",
+    "scaled_dot_product_attention",
+]

@@ -1,0 +1,102 @@
+"""Position-wise feed-forward network, section 3.3 of the paper."""
+
+import keras
+
+from keras_attn.layers.validation import check_dropout_rate, check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class FeedForward(keras.layers.Layer):
+    """`FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`, applied at every position.
+
+    Args:
+        intermediate_dim: int, the inner dimension `d_ff` (2048 in the base
+            model).
+        activation: activation of the inner layer. Defaults to `"relu"`.
+        dropout: float in `[0, 1)`, dropout on the inner activations.
+            Defaults to `0.0`.
+        use_bias: bool. Defaults to `True`.
+        kernel_initializer: Defaults to `"glorot_uniform"`.
+        bias_initializer: Defaults to `"zeros"`.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: tensor `(batch, length, dim)`.
+        training: bool, whether dropout is active.
+
+    Returns:
+        A tensor of the shape of `inputs`.
+
+    Example:
+
+    >>> ffn = keras_attn.layers.FeedForward(intermediate_dim=32)
+    >>> tuple(ffn(keras.ops.ones((2, 5, 8))).shape)
+    (2, 5, 8)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017, section 3.3.
+    """
+
+    def __init__(
+        self,
+        intermediate_dim,
+        activation="relu",
+        dropout=0.0,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
+        self.activation = keras.activations.get(activation)
+        self.dropout = check_dropout_rate(dropout, "dropout")
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+
+    def build(self, inputs_shape):
+        dim = inputs_shape[-1]
+        check_positive_int(dim, "inputs.shape[-1]")
+        dense_args = dict(
+            use_bias=self.use_bias,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+        )
+        self.intermediate_dense = keras.layers.Dense(
+            self.intermediate_dim,
+            activation=self.activation,
+            name="intermediate_dense",
+            **dense_args,
+        )
+        self.output_dense = keras.layers.Dense(dim, name="output_dense", **dense_args)
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.intermediate_dense.build(inputs_shape)
+        self.output_dense.build((*inputs_shape[:-1], self.intermediate_dim))
+        self.built = True
+
+    def call(self, inputs, training=None):
+        hidden = self.intermediate_dense(inputs)  # (batch, length, d_ff)
+        hidden = self.dropout_layer(hidden, training=training)
+        return self.output_dense(hidden)  # (batch, length, dim)
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "intermediate_dim": self.intermediate_dim,
+                "activation": keras.activations.serialize(self.activation),
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config

@@ -1,0 +1,139 @@
+"""Attention masks: one place where padding, causal and explicit masks meet.
+
+Every mask in keras-attn is boolean and `True` means "may attend".
+
+- a padding mask has shape `(batch, sequence_length)`;
+- an attention mask has shape `(batch, query_length, key_length)` (or any
+  shape that broadcasts to it);
+- the merged mask that attention consumes has shape
+  `(batch, query_length, key_length)`.
+"""
+
+import keras
+from keras import ops
+
+
+def causal_mask(query_length, key_length, query_offset=0):
+    """Lower-triangular mask: query `i` may attend keys `j <= i + query_offset`.
+
+    Args:
+        query_length: int or scalar tensor, number of query positions.
+        key_length: int or scalar tensor, number of key positions.
+        query_offset: int or scalar tensor, the absolute position of the
+            first query (used by cached decoding, where the queries are the
+            newest tokens of a longer sequence). Defaults to `0`.
+
+    Returns:
+        A boolean tensor of shape `(1, query_length, key_length)`.
+    """
+    query_positions = ops.arange(query_length)[:, None] + query_offset
+    key_positions = ops.arange(key_length)[None, :]
+    # (1, query_length, key_length)
+    return ops.expand_dims(key_positions <= query_positions, axis=0)
+
+
+def _as_bool(mask, argument_name):
+    dtype = keras.backend.standardize_dtype(mask.dtype)
+    if dtype == "bool":
+        return mask
+    if "int" in dtype or "float" in dtype:
+        return ops.not_equal(mask, 0)
+    raise TypeError(
+        f"`{argument_name}` must be a boolean (or 0/1 numeric) tensor. "
+        f"Received: {argument_name}.dtype={dtype}"
+    )
+
+
+def _check_rank(mask, expected_ranks, argument_name, expected_shape):
+    if len(mask.shape) not in expected_ranks:
+        raise ValueError(
+            f"`{argument_name}` must have shape {expected_shape}. "
+            f"Received: {argument_name}.shape={tuple(mask.shape)}"
+        )
+
+
+def _check_broadcastable(mask_shape, target_shape, argument_name, expected):
+    """Raise if a static `mask_shape` cannot broadcast to `target_shape`."""
+    for mask_dim, target_dim in zip(mask_shape[::-1], target_shape[::-1]):
+        if mask_dim in (None, 1) or target_dim is None:
+            continue
+        if mask_dim != target_dim:
+            raise ValueError(
+                f"`{argument_name}` with shape {tuple(mask_shape)} cannot "
+                f"broadcast to the attention scores' {expected} shape "
+                f"{tuple(target_shape)}."
+            )
+
+
+def merge_attention_masks(
+    query,
+    key,
+    query_mask=None,
+    value_mask=None,
+    attention_mask=None,
+    use_causal_mask=False,
+):
+    """Merges padding, causal and explicit masks into one attention mask.
+
+    Args:
+        query: tensor of shape `(batch, query_length, ...)`.
+        key: tensor of shape `(batch, key_length, ...)`.
+        query_mask: optional boolean tensor `(batch, query_length)`;
+            `False` marks padded queries, whose rows are fully masked.
+        value_mask: optional boolean tensor `(batch, key_length)`; `False`
+            marks padded keys/values.
+        attention_mask: optional boolean tensor broadcastable to
+            `(batch, query_length, key_length)`.
+        use_causal_mask: bool, whether query `i` may only attend keys
+            `j <= i`. Defaults to `False`.
+
+    Returns:
+        A boolean tensor of shape `(batch, query_length, key_length)`, or
+        `None` when no mask applies.
+    """
+    batch_size, query_length = query.shape[0], query.shape[1]
+    key_length = key.shape[1]
+    scores_shape = (batch_size, query_length, key_length)
+    mask = None
+    if query_mask is not None:
+        query_mask = _as_bool(query_mask, "query_mask")
+        _check_rank(query_mask, (2,), "query_mask", "(batch, query_length)")
+        _check_broadcastable(
+            query_mask.shape, scores_shape[:2], "query_mask", "(batch, query_length)"
+        )
+        mask = query_mask[:, :, None]  # (batch, query_length, 1)
+    if value_mask is not None:
+        value_mask = _as_bool(value_mask, "value_mask")
+        _check_rank(value_mask, (2,), "value_mask", "(batch, key_length)")
+        _check_broadcastable(
+            value_mask.shape,
+            (scores_shape[0], scores_shape[2]),
+            "value_mask",
+            "(batch, key_length)",
+        )
+        padding = value_mask[:, None, :]  # (batch, 1, key_length)
+        mask = padding if mask is None else ops.logical_and(mask, padding)
+    if use_causal_mask:
+        causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1])
+        mask = causal if mask is None else ops.logical_and(mask, causal)
+    if attention_mask is not None:
+        attention_mask = _as_bool(attention_mask, "attention_mask")
+        _check_rank(
+            attention_mask,
+            (2, 3),
+            "attention_mask",
+            "(batch, query_length, key_length)",
+        )
+        _check_broadcastable(
+            attention_mask.shape,
+            scores_shape,
+            "attention_mask",
+            "(batch, query_length, key_length)",
+        )
+        mask = attention_mask if mask is None else ops.logical_and(mask, attention_mask)
+    if mask is None:
+        return None
+    # (batch, query_length, key_length)
+    return ops.broadcast_to(
+        mask, (ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1])
+    )

@@ -1,0 +1,108 @@
+"""Scaled dot-product attention, section 3.2.1 of the paper."""
+
+import math
+
+import keras
+from keras import ops
+
+# Added to masked scores before the softmax. Finite, so a fully masked row is
+# a uniform softmax (then zeroed) rather than `exp(-inf - -inf) = NaN`.
+_MASKED_SCORE = -1e9
+
+
+def _row_has_any_key(mask):
+    """`(batch, query_length, key_length)` -> `(batch, query_length, 1, 1)`."""
+    return ops.any(mask, axis=-1)[:, :, None, None]
+
+
+def scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    mask=None,
+    dropout_rate=0.0,
+    training=False,
+    seed_generator=None,
+    return_attention_scores=False,
+    use_fused_attention=True,
+):
+    """Computes `softmax(Q K^T / sqrt(d_k)) V` over several heads at once.
+
+    This is Attention(Q, K, V) of equation (1) in the paper, applied per head.
+    Masked positions get zero weight. A query row with no key to attend gets
+    zero weight everywhere, so its output is zero (never NaN), in every dtype.
+
+    The softmax runs in float32 even under a mixed-precision policy.
+
+    When neither attention scores nor attention dropout are needed (and
+    `use_fused_attention=True`), the work is handed to
+    `keras.ops.dot_product_attention`, the backend's fused kernel (flash
+    attention on GPUs that support it). Otherwise the explicit path below
+    computes the same equation and can return the weights.
+
+    Args:
+        query: tensor `(batch, query_length, num_heads, key_dim)`.
+        key: tensor `(batch, key_length, num_heads, key_dim)`.
+        value: tensor `(batch, key_length, num_heads, value_dim)`.
+        mask: optional boolean tensor `(batch, query_length, key_length)`,
+            `True` where a query may attend a key. Defaults to `None`.
+        dropout_rate: float, dropout on the attention weights during
+            training (section 5.4 applies dropout to sub-layer outputs; this
+            is the common extra). Defaults to `0.0`.
+        training: bool, whether dropout is active. Defaults to `False`.
+        seed_generator: `keras.random.SeedGenerator` for the dropout.
+            Defaults to `None`.
+        return_attention_scores: bool, whether to also return the attention
+            weights. Defaults to `False`.
+        use_fused_attention: bool, whether to use
+            `keras.ops.dot_product_attention` when possible.
+            Defaults to `True`.
+
+    Returns:
+        The attended values `(batch, query_length, num_heads, value_dim)`,
+        and with `return_attention_scores=True` also the weights
+        `(batch, num_heads, query_length, key_length)`.
+
+    Example:
+
+    >>> q = keras.random.normal((2, 5, 4, 8))
+    >>> k = v = keras.random.normal((2, 7, 4, 8))
+    >>> out = keras_attn.layers.scaled_dot_product_attention(q, k, v)
+    >>> tuple(out.shape)
+    (2, 5, 4, 8)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017, section 3.2.1.
+    """
+    scale = 1.0 / math.sqrt(query.shape[-1])
+    use_dropout = training and dropout_rate > 0.0
+    if use_fused_attention and not (return_attention_scores or use_dropout):
+        fused_mask = None if mask is None else mask[:, None, :, :]
+        # (batch, query_length, num_heads, value_dim)
+        attended = ops.dot_product_attention(
+            query, key, value, mask=fused_mask, scale=scale
+        )
+        if mask is not None:
+            attended = ops.where(
+                _row_has_any_key(mask), attended, ops.zeros_like(attended)
+            )
+        return attended
+
+    # (batch, num_heads, query_length, key_length)
+    scores = ops.einsum("bqhd,bkhd->bhqk", query, key)
+    scores = ops.cast(scores, "float32") * scale
+    if mask is not None:
+        head_mask = mask[:, None, :, :]  # (batch, 1, query_length, key_length)
+        scores = ops.where(head_mask, scores, _MASKED_SCORE)
+    weights = ops.softmax(scores, axis=-1)
+    if mask is not None:
+        weights = ops.where(head_mask, weights, 0.0)
+    weights = ops.cast(weights, value.dtype)
+    attention_weights = weights
+    if use_dropout:
+        weights = keras.random.dropout(weights, dropout_rate, seed=seed_generator)
+    # (batch, query_length, num_heads, value_dim)
+    attended = ops.einsum("bhqk,bkhd->bqhd", weights, value)
+    if return_attention_scores:
+        return attended, attention_weights
+    return attended

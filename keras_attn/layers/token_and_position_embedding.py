@@ -1,0 +1,150 @@
+"""Token embedding plus position encoding, sections 3.4 and 3.5."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_attn.layers.position_embedding import PositionEmbedding
+from keras_attn.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+from keras_attn.layers.validation import check_choice, check_positive_int
+
+POSITION_KINDS = ("sinusoidal", "learned")
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """Embeds token ids, scales by `sqrt(embedding_dim)`, adds positions.
+
+    The same weight matrix can serve as the pre-softmax projection (weight
+    tying, section 3.4): call the layer with `reverse=True` on hidden states
+    to get logits `hidden @ embeddings^T`.
+
+    The token embeddings are initialised with standard deviation
+    `embedding_dim ** -0.5`, so that after the `sqrt(embedding_dim)` scaling
+    of section 3.4 they have unit variance, like the position encodings.
+
+    Args:
+        vocabulary_size: int, number of token ids.
+        sequence_length: int, the largest sequence length (the number of
+            learned positions; sinusoids have no limit).
+        embedding_dim: int, the model dimension `d_model`.
+        position: `"sinusoidal"` (section 3.5) or `"learned"`. Defaults to
+            `"sinusoidal"`.
+        scale_by_sqrt_dim: bool, multiply token embeddings by
+            `sqrt(embedding_dim)` as in section 3.4. Defaults to `True`.
+        mask_zero: bool, whether id 0 is padding; the output then carries a
+            Keras mask that downstream attention layers honour. Defaults to
+            `False`.
+        embeddings_initializer: initializer of the token embeddings.
+            Defaults to `None`, meaning normal with stddev
+            `embedding_dim ** -0.5`.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: int tensor `(batch, length)` of token ids, or with
+            `reverse=True` a float tensor `(batch, length, embedding_dim)`.
+        start_index: int or scalar tensor, position of the first token (for
+            cached decoding). Defaults to `0`.
+        reverse: bool, project hidden states to vocabulary logits with the
+            transposed token embedding. Defaults to `False`.
+
+    Returns:
+        `(batch, length, embedding_dim)` embeddings, or
+        `(batch, length, vocabulary_size)` logits with `reverse=True`.
+
+    Example:
+
+    >>> embed = keras_attn.layers.TokenAndPositionEmbedding(
+    ...     vocabulary_size=100, sequence_length=16, embedding_dim=8)
+    >>> hidden = embed(keras.ops.ones((2, 5), dtype="int32"))
+    >>> tuple(embed(hidden, reverse=True).shape)
+    (2, 5, 100)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017, sections 3.4-3.5.
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        sequence_length,
+        embedding_dim,
+        position="sinusoidal",
+        scale_by_sqrt_dim=True,
+        mask_zero=False,
+        embeddings_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocabulary_size = check_positive_int(vocabulary_size, "vocabulary_size")
+        self.sequence_length = check_positive_int(sequence_length, "sequence_length")
+        self.embedding_dim = check_positive_int(embedding_dim, "embedding_dim")
+        self.position = check_choice(position, "position", POSITION_KINDS)
+        if position == "sinusoidal" and embedding_dim % 2:
+            raise ValueError(
+                "Sinusoidal position encoding needs an even `embedding_dim`. "
+                f"Received: embedding_dim={embedding_dim}"
+            )
+        self.scale_by_sqrt_dim = bool(scale_by_sqrt_dim)
+        self.mask_zero = bool(mask_zero)
+        self.embeddings_initializer = keras.initializers.get(
+            embeddings_initializer
+            or keras.initializers.RandomNormal(stddev=embedding_dim**-0.5)
+        )
+        self.token_embedding = keras.layers.Embedding(
+            vocabulary_size,
+            embedding_dim,
+            embeddings_initializer=self.embeddings_initializer,
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
+        if position == "sinusoidal":
+            self.position_encoding = SinusoidalPositionEncoding(
+                dtype=self.dtype_policy, name="position_encoding"
+            )
+        else:
+            self.position_encoding = PositionEmbedding(
+                sequence_length, dtype=self.dtype_policy, name="position_embedding"
+            )
+        self.supports_masking = True
+
+    def build(self, inputs_shape):
+        self.token_embedding.build(inputs_shape)
+        self.position_encoding.build((*inputs_shape, self.embedding_dim))
+        self.built = True
+
+    def call(self, inputs, start_index=0, reverse=False):
+        if reverse:
+            embeddings = ops.cast(self.token_embedding.embeddings, self.compute_dtype)
+            # (batch, length, dim) @ (dim, vocabulary) -> (batch, length, vocabulary)
+            return ops.matmul(inputs, ops.transpose(embeddings))
+        tokens = self.token_embedding(inputs)
+        if self.scale_by_sqrt_dim:
+            tokens = tokens * ops.cast(math.sqrt(self.embedding_dim), tokens.dtype)
+        return tokens + self.position_encoding(tokens, start_index=start_index)
+
+    def compute_mask(self, inputs, mask=None):
+        dtype = keras.backend.standardize_dtype(inputs.dtype)
+        if self.mask_zero and "int" in dtype:
+            return ops.not_equal(inputs, 0)
+        return mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "sequence_length": self.sequence_length,
+                "embedding_dim": self.embedding_dim,
+                "position": self.position,
+                "scale_by_sqrt_dim": self.scale_by_sqrt_dim,
+                "mask_zero": self.mask_zero,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+            }
+        )
+        return config

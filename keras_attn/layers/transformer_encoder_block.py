@@ -1,0 +1,119 @@
+"""One encoder layer of the Transformer, section 3.1 of the paper."""
+
+import keras
+
+from keras_attn.layers.feed_forward import FeedForward
+from keras_attn.layers.masking import merge_attention_masks
+from keras_attn.layers.transformer_block_base import (
+    TransformerBlockBase,
+    check_sequence_shape,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerEncoderBlock(TransformerBlockBase):
+    """Self-attention and a feed-forward network, each with Add & Norm.
+
+    Args:
+        num_heads: int, number of attention heads; must divide the input's
+            feature size (`d_k = d_model / h`).
+        intermediate_dim: int, the feed-forward inner size `d_ff`.
+        dropout: float in `[0, 1)`, residual dropout on each sub-layer's
+            output before the residual addition (section 5.4).
+            Defaults to `0.0`.
+        attention_dropout: float in `[0, 1)`, dropout on attention weights.
+            Defaults to `0.0`.
+        activation: feed-forward activation. Defaults to `"relu"`.
+        layer_norm_epsilon: float. Defaults to `1e-6`.
+        normalize_first: bool, pre-norm (`True`) instead of the paper's
+            post-norm. Defaults to `False`.
+        use_fused_attention: bool, use `keras.ops.dot_product_attention`
+            when possible. Defaults to `True`.
+        kernel_initializer: Defaults to `"glorot_uniform"`.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: tensor `(batch, length, hidden_dim)`.
+        padding_mask: optional boolean `(batch, length)`, `False` at padding.
+            Defaults to the Keras mask of `inputs`, if any.
+        attention_mask: optional boolean `(batch, length, length)`.
+        use_causal_mask: bool, restrict each position to earlier ones
+            (decoder-only language models). Defaults to `False`.
+        training: bool, whether dropout is active.
+
+    Returns:
+        A tensor of the shape of `inputs`.
+
+    Example:
+
+    >>> block = keras_attn.layers.TransformerEncoderBlock(
+    ...     num_heads=2, intermediate_dim=32)
+    >>> tuple(block(keras.random.normal((2, 6, 16))).shape)
+    (2, 6, 16)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017, section 3.1.
+    """
+
+    def build(self, inputs_shape):
+        hidden_dim = check_sequence_shape(inputs_shape, "inputs")
+        self.self_attention = self._attention(hidden_dim, "self_attention")
+        self.self_attention.build(inputs_shape, inputs_shape)
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.self_attention_norm.build(inputs_shape)
+        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self.feed_forward = FeedForward(
+            self.intermediate_dim,
+            activation=self.activation,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+        self.feed_forward.build(inputs_shape)
+        self.feed_forward_norm = self._norm("feed_forward_norm")
+        self.feed_forward_norm.build(inputs_shape)
+        self.feed_forward_dropout = self._dropout("feed_forward_dropout")
+        self.built = True
+
+    def call(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        training=None,
+        mask=None,
+    ):
+        # `mask` is the Keras mask Keras passes in for mask-carrying inputs.
+        padding_mask = mask if padding_mask is None else padding_mask
+        self_mask = merge_attention_masks(
+            inputs,
+            inputs,
+            value_mask=padding_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+        )
+
+        def self_attend(x):
+            keys, values = self.self_attention.compute_key_value(x)
+            return self.self_attention.call_with_key_value(
+                x, keys, values, attention_mask=self_mask, training=training
+            )
+
+        x = self._residual(
+            inputs,
+            self_attend,
+            self.self_attention_norm,
+            self.self_attention_dropout,
+            training,
+        )
+        return self._residual(
+            x,
+            lambda h: self.feed_forward(h, training=training),
+            self.feed_forward_norm,
+            self.feed_forward_dropout,
+            training,
+        )
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
