@@ -1,0 +1,126 @@
+"""Top-k / top-p (nucleus) sampling with a key/value cache."""
+
+import keras
+from keras import ops
+
+from keras_attn.generation.decoding_loop import (
+    check_token_ids,
+    decoding_loop,
+    decoding_state,
+    encode_source,
+    resolve_max_length,
+)
+
+
+def filter_logits(logits, top_k=None, top_p=None, temperature=1.0):
+    """Divides by `temperature` and keeps the top-k / top-p candidates.
+
+    Args:
+        logits: float tensor `(batch, vocabulary)`.
+        top_k: int, keep the `k` most likely ids. Defaults to `None` (all).
+        top_p: float in `(0, 1]`, keep the smallest set of most likely ids
+            whose probability reaches `top_p` (Holtzman et al., 2020).
+            Defaults to `None` (all).
+        temperature: float > 0. Defaults to `1.0`.
+
+    Returns:
+        Logits of the same shape with discarded ids at `-inf`.
+    """
+    logits = ops.cast(logits, "float32") / temperature
+    if top_k is not None:
+        kth_best = ops.top_k(logits, top_k, sorted=True)[0][:, -1:]  # (batch, 1)
+        logits = ops.where(logits < kth_best, -float("inf"), logits)
+    if top_p is not None:
+        vocabulary_size = ops.shape(logits)[-1]
+        sorted_logits = ops.top_k(logits, vocabulary_size, sorted=True)[0]
+        sorted_probs = ops.softmax(sorted_logits, axis=-1)
+        # Probability mass strictly before each candidate, in sorted order.
+        mass_before = ops.cumsum(sorted_probs, axis=-1) - sorted_probs
+        kept = ops.where(mass_before < top_p, sorted_logits, float("inf"))
+        threshold = ops.min(kept, axis=-1, keepdims=True)  # (batch, 1)
+        logits = ops.where(logits < threshold, -float("inf"), logits)
+    return logits
+
+
+def _check_sampling_args(top_k, top_p, temperature):
+    if top_k is not None and (not isinstance(top_k, int) or top_k <= 0):
+        raise ValueError(
+            f"`top_k` must be a positive integer. Received: top_k={top_k!r}"
+        )
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"`top_p` must be in (0, 1]. Received: top_p={top_p!r}")
+    if not temperature > 0:
+        raise ValueError(
+            f"`temperature` must be positive. Received: temperature={temperature!r}"
+        )
+
+
+def sample_from_logits(logits, uniform):
+    """Inverse-CDF sampling: the first id whose cumulative probability > `uniform`.
+
+    Args:
+        logits: float `(batch, vocabulary)`, `-inf` for excluded ids.
+        uniform: float `(batch,)` in `[0, 1)`.
+
+    Returns:
+        int32 `(batch,)`.
+    """
+    cumulative = ops.cumsum(ops.softmax(logits, axis=-1), axis=-1)
+    below = ops.cast(cumulative <= uniform[:, None], "int32")
+    last = ops.shape(logits)[-1] - 1
+    return ops.minimum(ops.sum(below, axis=-1), last)
+
+
+def sample(
+    model,
+    encoder_tokens,
+    start_id,
+    end_id,
+    top_k=None,
+    top_p=None,
+    temperature=1.0,
+    seed=None,
+    max_length=None,
+    use_cache=True,
+):
+    """Samples translations, optionally from the top-k / top-p candidates.
+
+    All random numbers are drawn before the loop from `seed`, one uniform
+    number per sentence and step, so a seed gives the same output with and
+    without the cache and on every run.
+
+    Args:
+        model: a `keras_attn.models.Transformer`.
+        encoder_tokens: int tensor `(batch, source_length)`.
+        start_id: int, the start id.
+        end_id: int, the end id.
+        top_k: int. Defaults to `None` (no top-k filtering).
+        top_p: float in `(0, 1]`. Defaults to `None` (no nucleus filtering).
+        temperature: float > 0. Defaults to `1.0`.
+        seed: int or `keras.random.SeedGenerator`. Defaults to `None`.
+        max_length: int. Defaults to `None`, meaning `source_length + 50`.
+        use_cache: bool. Defaults to `True`.
+
+    Returns:
+        A dict with `"tokens"` `(batch, max_length)` and `"scores"` `(batch,)`
+        (summed log-probabilities under the unfiltered model).
+    """
+    check_token_ids(start_id, end_id, model.vocabulary_size)
+    _check_sampling_args(top_k, top_p, temperature)
+    encoder_tokens, encoder_output, encoder_mask = encode_source(model, encoder_tokens)
+    max_length = resolve_max_length(model, encoder_tokens, max_length)
+    batch_size = ops.shape(encoder_tokens)[0]
+    # (max_length, batch): one uniform draw per step and sentence.
+    uniforms = keras.random.uniform((max_length, batch_size), seed=seed)
+    step, state = decoding_state(
+        model, encoder_output, encoder_mask, max_length, use_cache
+    )
+
+    def choose(logits, index):
+        filtered = filter_logits(logits, top_k, top_p, temperature)
+        return sample_from_logits(filtered, ops.take(uniforms, index, axis=0))
+
+    tokens, scores = decoding_loop(
+        step, state, batch_size, max_length, start_id, end_id, model.pad_id, choose
+    )
+    return {"tokens": tokens, "scores": scores}

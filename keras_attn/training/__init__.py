@@ -1,0 +1,20 @@
+"""Training utilities from "Attention Is All You Need" (sections 5.3-5.4).
+
+- `TransformerSchedule`: linear warmup, then inverse-square-root decay.
+- `paper_adam`: Adam with the paper's betas, epsilon and schedule.
+- `MaskedSparseCategoricalCrossentropy`: label-smoothed token loss that
+  skips padding.
+- `MaskedAccuracy`: token accuracy that skips padding.
+"""
+
+from keras_attn.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_attn.training.metrics import MaskedAccuracy
+from keras_attn.training.optimizers import paper_adam
+from keras_attn.training.schedules import TransformerSchedule
+
+__all__ = [
+    "MaskedAccuracy",
+    "MaskedSparseCategoricalCrossentropy",
+    "TransformerSchedule",
+    "paper_adam",
+]

@@ -1,0 +1,205 @@
+"""Label-smoothed, padding-aware cross-entropy (section 5.4 of the paper)."""
+
+import math
+import numbers
+
+import keras
+
+# Reductions that divide by the number of loss entries; for these, padded
+# tokens must be taken out of the count as well as out of the sum.
+_MEAN_REDUCTIONS = ("sum_over_batch_size", "mean")
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
+    """Token cross-entropy with label smoothing that skips padding.
+
+    For each token with label `y` and log-probabilities `log_p` over a
+    vocabulary of `K` entries, the loss is the cross-entropy against the
+    smoothed target `q' = (1 - eps) * one_hot(y) + eps / K` (section 5.4,
+    `eps = label_smoothing`):
+
+    ```
+    loss = (1 - eps) * -log_p[y] + eps * -mean(log_p over the vocabulary)
+    ```
+
+    This is exactly what
+    `keras.losses.CategoricalCrossentropy(label_smoothing=eps)` computes on
+    one-hot labels, but no `(batch, seq, vocab)` one-hot tensor is built.
+    The log-softmax is computed in float32, also when the logits are
+    float16 or bfloat16 (mixed precision).
+
+    Tokens whose label equals `ignore_class` (the padding id) contribute 0.
+    With the default reduction the result is the mean over the non-padded
+    tokens of the batch: the per-token losses are multiplied by
+    `total_tokens / valid_tokens` (0 when every token is padding, never
+    NaN), the same rescaling Keras applies to masked losses. With
+    `reduction="sum"` the result is the sum over the non-padded tokens, and
+    with `reduction=None` the per-token losses (0 at padding) come back
+    unscaled. With `reduction="mean_with_sample_weight"`, give padding a
+    sample weight of 0.
+
+    When `ignore_class` is set, the labels alone say which tokens are
+    padding: a Keras mask carried by `y_pred` (propagated from an
+    `Embedding(mask_zero=True)`) is dropped so the mean is not rescaled
+    twice. With `ignore_class=None` such a mask is applied as Keras usually
+    does.
+
+    Args:
+        label_smoothing: Float in `[0, 1)`, the smoothing mass `eps` spread
+            uniformly over the vocabulary. `0` gives the plain sparse
+            cross-entropy. Defaults to `0.1`, the paper's value.
+        ignore_class: Integer label id whose tokens are skipped (the padding
+            id), or `None` to count every token. Defaults to `0`.
+        from_logits: Whether `y_pred` holds logits (`True`) or
+            probabilities (`False`). Defaults to `True`.
+        reduction: How per-token losses are combined; one of
+            `"sum_over_batch_size"`, `"mean"`, `"sum"`,
+            `"mean_with_sample_weight"`, `"none"` or `None`. Defaults to
+            `"sum_over_batch_size"` (mean over non-padded tokens).
+        name: Name of the loss instance. Defaults to
+            `"masked_sparse_categorical_crossentropy"`.
+
+    Call arguments:
+        y_true: Integer labels of shape `(batch, seq)` (or
+            `(batch, seq, 1)`).
+        y_pred: Logits or probabilities of shape `(batch, seq, vocab)`.
+        sample_weight: Optional weights, `(batch,)` or `(batch, seq)`.
+
+    Returns:
+        A float32 scalar, or `(batch, seq)` per-token losses when
+        `reduction` is `None` or `"none"`.
+
+    Example:
+
+    >>> loss = keras_attn.training.MaskedSparseCategoricalCrossentropy()
+    >>> labels = np.array([[5, 7, 0]])  # 0 is padding.
+    >>> logits = np.random.normal(size=(1, 3, 10))
+    >>> value = loss(labels, logits)  # Mean over the 2 real tokens.
+
+    With `model.compile`:
+
+    ```python
+    model.compile(
+        optimizer=keras_attn.training.paper_adam(d_model=512),
+        loss=keras_attn.training.MaskedSparseCategoricalCrossentropy(),
+        metrics=[keras_attn.training.MaskedAccuracy()],
+    )
+    ```
+
+    References:
+        - [Vaswani et al., 2017, "Attention Is All You Need", section 5.4](
+          https://arxiv.org/abs/1706.03762)
+        - [Szegedy et al., 2016, "Rethinking the Inception Architecture for
+          Computer Vision", section 7](https://arxiv.org/abs/1512.00567)
+    """
+
+    def __init__(
+        self,
+        label_smoothing=0.1,
+        ignore_class=0,
+        from_logits=True,
+        reduction="sum_over_batch_size",
+        name="masked_sparse_categorical_crossentropy",
+    ):
+        if (
+            isinstance(label_smoothing, bool)
+            or not isinstance(label_smoothing, numbers.Real)
+            or not math.isfinite(label_smoothing)
+            or not 0 <= label_smoothing < 1
+        ):
+            raise ValueError(
+                "`label_smoothing` must be a float in [0, 1). "
+                f"Received: label_smoothing={label_smoothing}"
+            )
+        if ignore_class is not None and (
+            isinstance(ignore_class, bool)
+            or not isinstance(ignore_class, numbers.Integral)
+        ):
+            raise ValueError(
+                "`ignore_class` must be an integer or None. "
+                f"Received: ignore_class={ignore_class}"
+            )
+        if not isinstance(from_logits, bool):
+            raise ValueError(
+                f"`from_logits` must be a boolean. Received: from_logits={from_logits}"
+            )
+        super().__init__(name=name, reduction=reduction)
+        self.label_smoothing = float(label_smoothing)
+        self.ignore_class = None if ignore_class is None else int(ignore_class)
+        self.from_logits = from_logits
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        if self.ignore_class is not None:
+            # `Loss.__call__` rescales by any Keras mask found on `y_pred`;
+            # `call` already rescaled by the label mask. A fresh tensor
+            # carries no mask (XLA removes the copy under `jit`).
+            y_pred = keras.ops.copy(y_pred)
+        if sample_weight is not None:
+            sample_weight = keras.ops.convert_to_tensor(sample_weight)
+            if len(sample_weight.shape) == 1:
+                # One weight per sequence: Keras does not broadcast (batch,)
+                # against (batch, seq) losses by itself.
+                sample_weight = keras.ops.broadcast_to(
+                    keras.ops.expand_dims(sample_weight, -1),
+                    keras.ops.shape(y_pred)[:-1],
+                )  # (batch, seq)
+        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+
+    def call(self, y_true, y_pred):
+        y_pred = keras.ops.cast(y_pred, "float32")
+        y_true = keras.ops.convert_to_tensor(y_true)
+        if len(y_true.shape) == len(y_pred.shape) and y_true.shape[-1] == 1:
+            y_true = keras.ops.squeeze(y_true, axis=-1)
+        # `Loss.__call__` hands labels over as floats; ids are exact below 2**24.
+        labels = keras.ops.cast(y_true, "int32")  # (batch, seq)
+
+        valid = None
+        if self.ignore_class is not None:
+            valid = keras.ops.not_equal(labels, self.ignore_class)  # (batch, seq)
+            # An ignored id may lie outside the vocabulary (-1, 255): never
+            # gather it. Constant rows at padding keep log-probabilities and
+            # their gradients finite whatever the model put there.
+            labels = keras.ops.where(valid, labels, 0)
+            y_pred = keras.ops.where(
+                keras.ops.expand_dims(valid, -1), y_pred, 1.0
+            )  # (batch, seq, vocab)
+
+        if self.from_logits:
+            log_probs = keras.ops.log_softmax(y_pred, axis=-1)
+        else:
+            # Same treatment of probabilities as Keras's crossentropies.
+            probs = y_pred / keras.ops.sum(y_pred, axis=-1, keepdims=True)
+            epsilon = keras.backend.epsilon()
+            log_probs = keras.ops.log(keras.ops.clip(probs, epsilon, 1.0 - epsilon))
+        # (batch, seq, vocab)
+
+        label_log_probs = keras.ops.take_along_axis(
+            log_probs, keras.ops.expand_dims(labels, -1), axis=-1
+        )  # (batch, seq, 1)
+        losses = -keras.ops.squeeze(label_log_probs, axis=-1)  # (batch, seq)
+        if self.label_smoothing:
+            eps = self.label_smoothing
+            uniform_losses = -keras.ops.mean(log_probs, axis=-1)  # (batch, seq)
+            losses = (1.0 - eps) * losses + eps * uniform_losses
+
+        if valid is None:
+            return losses
+        losses = keras.ops.where(valid, losses, 0.0)
+        if self.reduction in _MEAN_REDUCTIONS:
+            # sum(loss * total / valid) / total == sum(loss) / valid.
+            valid_count = keras.ops.sum(keras.ops.cast(valid, "float32"))
+            total_count = keras.ops.cast(keras.ops.size(valid), "float32")
+            losses = losses * keras.ops.divide_no_nan(total_count, valid_count)
+        return losses
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "label_smoothing": self.label_smoothing,
+                "ignore_class": self.ignore_class,
+                "from_logits": self.from_logits,
+            }
+        )
+        return config

@@ -1,0 +1,99 @@
+"""Token accuracy that skips padding."""
+
+import numbers
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MaskedAccuracy(keras.metrics.Metric):
+    """Fraction of non-padded tokens whose arg-max prediction is the label.
+
+    Keeps two weights, the (weighted) number of correct tokens and the
+    (weighted) number of counted tokens, summed over every `update_state`
+    call since the last `reset_state`. Tokens whose label equals
+    `ignore_class` are not counted. The result is 0 while nothing has been
+    counted (e.g. after an all-padding batch).
+
+    Args:
+        ignore_class: Integer label id whose tokens are skipped (the padding
+            id), or `None` to count every token. Defaults to `0`.
+        name: Name of the metric instance. Defaults to `"masked_accuracy"`.
+        dtype: Dtype of the metric's weights and result. Defaults to `None`,
+            which means `keras.backend.floatx()`.
+
+    Call arguments (`update_state`):
+        y_true: Integer labels of shape `(batch, seq)` (or
+            `(batch, seq, 1)`).
+        y_pred: Logits or probabilities of shape `(batch, seq, vocab)`.
+        sample_weight: Optional weights, `(batch,)` or `(batch, seq)`.
+
+    Returns:
+        `result()` returns a scalar, correct tokens / counted tokens.
+
+    Example:
+
+    >>> metric = keras_attn.training.MaskedAccuracy()
+    >>> labels = np.array([[1, 2, 0]])  # 0 is padding.
+    >>> logits = np.array([[[0.0, 1, 0], [0, 1, 0], [1, 0, 0]]])
+    >>> metric.update_state(labels, logits)
+    >>> float(metric.result())  # 1 of 2 real tokens is right.
+    0.5
+
+    References:
+        - [Vaswani et al., 2017, "Attention Is All You Need", section 6.1](
+          https://arxiv.org/abs/1706.03762)
+    """
+
+    def __init__(self, ignore_class=0, name="masked_accuracy", dtype=None):
+        if ignore_class is not None and (
+            isinstance(ignore_class, bool)
+            or not isinstance(ignore_class, numbers.Integral)
+        ):
+            raise ValueError(
+                "`ignore_class` must be an integer or None. "
+                f"Received: ignore_class={ignore_class}"
+            )
+        super().__init__(name=name, dtype=dtype)
+        self.ignore_class = None if ignore_class is None else int(ignore_class)
+        self.correct = self.add_variable(
+            shape=(), initializer="zeros", dtype=self.dtype, name="correct"
+        )
+        self.count = self.add_variable(
+            shape=(), initializer="zeros", dtype=self.dtype, name="count"
+        )
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_pred = keras.ops.convert_to_tensor(y_pred)
+        y_true = keras.ops.convert_to_tensor(y_true)
+        if len(y_true.shape) == len(y_pred.shape) and y_true.shape[-1] == 1:
+            y_true = keras.ops.squeeze(y_true, axis=-1)
+        labels = keras.ops.cast(y_true, "int32")  # (batch, seq)
+        predictions = keras.ops.cast(
+            keras.ops.argmax(y_pred, axis=-1), "int32"
+        )  # (batch, seq)
+
+        if self.ignore_class is None:
+            weights = keras.ops.ones_like(labels, dtype=self.dtype)
+        else:
+            weights = keras.ops.cast(
+                keras.ops.not_equal(labels, self.ignore_class), self.dtype
+            )  # (batch, seq)
+        if sample_weight is not None:
+            sample_weight = keras.ops.cast(sample_weight, self.dtype)
+            # (batch,) weights one whole sequence: (batch, 1) broadcasts.
+            while len(sample_weight.shape) < len(weights.shape):
+                sample_weight = keras.ops.expand_dims(sample_weight, -1)
+            weights = weights * sample_weight  # (batch, seq)
+
+        matches = keras.ops.cast(keras.ops.equal(predictions, labels), self.dtype)
+        self.correct.assign_add(keras.ops.sum(matches * weights))
+        self.count.assign_add(keras.ops.sum(weights))
+
+    def result(self):
+        return keras.ops.divide_no_nan(self.correct, self.count)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"ignore_class": self.ignore_class})
+        return config
