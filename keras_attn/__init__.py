@@ -11,8 +11,8 @@ Sub-packages, each importable on its own:
   `keras-attn[text]`).
 """
 
-from keras_attn import layers
+from keras_attn import generation, layers, models, training
 
 __version__ = "0.1.0"
 
-__all__ = ["layers", "__version__"]
+__all__ = ["generation", "layers", "models", "training", "__version__"]

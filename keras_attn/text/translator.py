@@ -1,0 +1,142 @@
+"""Text in, text out: a tokenizer, a `Transformer` and a decoding strategy."""
+
+import math
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+from keras_attn.generation import SequenceGenerator
+
+
+def _bucket_length(length, multiple):
+    return max(multiple, int(math.ceil(length / multiple)) * multiple)
+
+
+class Translator:
+    """Translates raw strings with a trained `keras_attn.models.Transformer`.
+
+    Sentences are tokenized with the `keras_attn.text.SubwordTokenizer`,
+    sorted by length, batched, padded to a multiple of `length_multiple`
+    (so compiled decoding is reused across batches rather than recompiled
+    for every length), decoded by a compiled `SequenceGenerator` and
+    detokenized, then returned in the input order.
+
+    Empty strings translate to empty strings. A sentence longer than
+    `max_source_length` tokens (end id included) is truncated to that
+    length with a warning that says how many were.
+
+    Args:
+        model: a trained `keras_attn.models.Transformer`.
+        tokenizer: the `keras_attn.text.SubwordTokenizer` it was trained with.
+        strategy: `"beam"`, `"greedy"` or `"sample"`. Defaults to `"beam"`.
+        batch_size: sentences per decoding batch. Defaults to `64`.
+        max_source_length: most source tokens. Defaults to `None`, meaning
+            the model's `max_sequence_length`.
+        length_multiple: source lengths are padded to a multiple of this.
+            Defaults to `8`.
+        **options: decoding options (`beam_size`, `length_penalty_alpha`,
+            `top_k`, `top_p`, `seed`, ...).
+
+    Example:
+
+    >>> translator = keras_attn.text.Translator(model, tokenizer)
+    >>> translator.translate(["A dog runs.", ""])
+    ['Ein Hund rennt.', '']
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        strategy="beam",
+        batch_size=64,
+        max_source_length=None,
+        length_multiple=8,
+        **options,
+    ):
+        if tokenizer.vocabulary_size != model.vocabulary_size:
+            raise ValueError(
+                "The tokenizer and the model disagree on the vocabulary size. "
+                f"Received: tokenizer.vocabulary_size={tokenizer.vocabulary_size}, "
+                f"model.vocabulary_size={model.vocabulary_size}"
+            )
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = int(batch_size)
+        self.max_source_length = int(max_source_length or model.max_sequence_length)
+        self.length_multiple = int(length_multiple)
+        self.generator = SequenceGenerator(
+            model,
+            strategy=strategy,
+            start_id=tokenizer.start_id,
+            end_id=tokenizer.end_id,
+            **options,
+        )
+
+    def encode_sources(self, sentences):
+        """Token ids (end id appended) per sentence, truncated with a warning."""
+        ids = [
+            list(row) + [self.tokenizer.end_id]
+            for row in self.tokenizer.tokenize(
+                tf.constant(sentences, tf.string)
+            ).to_list()
+        ]
+        too_long = sum(len(row) > self.max_source_length for row in ids)
+        if too_long:
+            warnings.warn(
+                f"{too_long} of {len(ids)} sentences are longer than "
+                f"max_source_length={self.max_source_length} tokens and were "
+                "truncated.",
+                stacklevel=3,
+            )
+            ids = [
+                row[: self.max_source_length - 1] + [self.tokenizer.end_id]
+                if len(row) > self.max_source_length
+                else row
+                for row in ids
+            ]
+        return ids
+
+    def translate_ids(self, sentences):
+        """Decodes `sentences`; returns `(token_ids, scores)` per sentence."""
+        sentences = [str(s) for s in sentences]
+        ids = self.encode_sources(sentences)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        outputs, scores = [None] * len(ids), [0.0] * len(ids)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            # Empty sentences (just the end id) need no model: empty output.
+            todo = [i for i in batch if sentences[i].strip()]
+            for i in batch:
+                outputs[i] = []
+            if not todo:
+                continue
+            length = _bucket_length(
+                max(len(ids[i]) for i in todo), self.length_multiple
+            )
+            source = np.zeros((len(todo), length), dtype="int32")
+            for row, i in enumerate(todo):
+                source[row, : len(ids[i])] = ids[i]
+            result = self.generator.generate(source)
+            for row, i in enumerate(todo):
+                outputs[i] = result["tokens"][row].tolist()
+                scores[i] = float(result["scores"][row])
+        return outputs, scores
+
+    def translate(self, sentences):
+        """Translates a list of strings; returns a list of strings."""
+        if isinstance(sentences, str):
+            raise TypeError(
+                "`sentences` must be a list of strings, not one string. "
+                f"Received: sentences={sentences!r}"
+            )
+        outputs, _ = self.translate_ids(sentences)
+        if not outputs:
+            return []
+        width = max(1, max(len(row) for row in outputs))
+        dense = np.zeros((len(outputs), width), dtype="int32")
+        for row, ids in enumerate(outputs):
+            dense[row, : len(ids)] = ids
+        texts = self.tokenizer.detokenize(dense).numpy()
+        return [text.decode("utf-8") for text in texts]

@@ -1,0 +1,140 @@
+"""Train, evaluate and use an English-to-German Transformer on Multi30k.
+
+    python recipes/translate_multi30k.py all --setting quick
+    python recipes/translate_multi30k.py train --setting full --output-dir runs/full
+    python recipes/translate_multi30k.py evaluate --output-dir runs/full
+    python recipes/translate_multi30k.py translate --output-dir runs/full "A dog runs."
+    echo "Two men talk." | python recipes/translate_multi30k.py translate
+
+Every subcommand takes `--backend {jax,tensorflow}`. Training writes into
+`--output-dir`: the tokenizer, `model.keras`, a checkpoint per epoch, a
+backup that a restarted `train` resumes from, TensorBoard logs, the history
+and a learning-curve plot. Settings are data (`translation_config.py`);
+`--set key=value` overrides one (values are JSON literals or strings, never
+code).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from translation_config import SETTINGS, TranslationConfig  # noqa: E402
+
+EXAMPLE_SENTENCES = [
+    "A man in a blue shirt is riding a bike.",
+    "Two dogs are playing in the snow.",
+    "A little girl is eating an ice cream.",
+]
+
+
+def _parse_override(text):
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(
+            f"--set expects key=value. Received: --set {text!r}"
+        )
+    key, value = text.split("=", 1)
+    try:
+        value = json.loads(value)
+    except json.JSONDecodeError:
+        pass  # a plain string
+    return key.strip(), value
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def common(sub):
+        sub.add_argument(
+            "--backend",
+            choices=("jax", "tensorflow"),
+            default=None,
+            help="Keras backend (default: $KERAS_BACKEND or jax).",
+        )
+        sub.add_argument("--output-dir", type=Path, default=Path("runs/multi30k"))
+        sub.add_argument(
+            "--data-dir",
+            type=Path,
+            default=None,
+            help="Directory of {split}.{en,de}[.gz] files "
+            "(default: the vendored Multi30k).",
+        )
+
+    def training(sub):
+        sub.add_argument("--setting", choices=sorted(SETTINGS), default="quick")
+        sub.add_argument(
+            "--set",
+            dest="overrides",
+            type=_parse_override,
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+        )
+
+    def evaluation(sub):
+        sub.add_argument("--split", default="test_2016_flickr")
+        sub.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
+
+    train = commands.add_parser("train", help="Train (resumes if restarted).")
+    common(train)
+    training(train)
+    evaluate = commands.add_parser("evaluate", help="BLEU and chrF on a split.")
+    common(evaluate)
+    evaluation(evaluate)
+    translate = commands.add_parser("translate", help="Translate sentences.")
+    common(translate)
+    translate.add_argument("sentences", nargs="*")
+    translate.add_argument("--input", type=Path, help="One sentence per line.")
+    translate.add_argument("--output", type=Path, help="Write here, not stdout.")
+    translate.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
+    everything = commands.add_parser("all", help="train, evaluate, translate.")
+    common(everything)
+    training(everything)
+    evaluation(everything)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.backend:
+        os.environ["KERAS_BACKEND"] = args.backend
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # Imported here so that --backend takes effect before Keras loads.
+    import translation_steps as steps
+
+    if args.command in ("train", "all"):
+        config = SETTINGS[args.setting].replace(**dict(args.overrides))
+        steps.train(config, args.output_dir, args.data_dir)
+    if args.command in ("evaluate", "all"):
+        steps.evaluate(args.output_dir, args.data_dir, args.split, args.strategy)
+    if args.command == "all":
+        steps.print_translations(args.output_dir, EXAMPLE_SENTENCES, "beam")
+    if args.command == "translate":
+        sentences = list(args.sentences)
+        if args.input:
+            sentences += args.input.read_text(encoding="utf-8").splitlines()
+        if not sentences and not sys.stdin.isatty():
+            sentences = sys.stdin.read().splitlines()
+        translations = steps.translate(args.output_dir, sentences, args.strategy)
+        text = "".join(line + "\n" for line in translations)
+        if args.output:
+            args.output.write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    start = time.time()
+    main()
+    print(f"Done in {time.time() - start:.0f} s.", file=sys.stderr)
+
+
+__all__ = ["TranslationConfig", "main", "parse_args"]

@@ -1,0 +1,232 @@
+"""The work behind `translate_multi30k.py`: train, evaluate, translate."""
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+from plots import plot_attention, plot_learning_curves
+from translation_config import TranslationConfig
+
+import keras_attn
+from keras_attn.text import (
+    MULTI30K_DIR,
+    SubwordTokenizer,
+    Translator,
+    corpus_bleu,
+    load_parallel_corpus,
+    make_translation_dataset,
+    padding_statistics,
+)
+from keras_attn.training import (
+    MaskedAccuracy,
+    MaskedSparseCategoricalCrossentropy,
+    TransformerSchedule,
+    paper_adam,
+)
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training once `minutes` have passed (checked after each batch)."""
+
+    def __init__(self, minutes):
+        super().__init__()
+        self.seconds = None if minutes is None else 60.0 * minutes
+        self.start = None
+
+    def on_train_begin(self, logs=None):
+        self.start = time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.seconds is not None and time.time() - self.start > self.seconds:
+            print(f"\nTime budget of {self.seconds / 60:.1f} min reached: stopping.")
+            self.model.stop_training = True
+
+
+def _load(data_dir, split, limit=None):
+    sources, targets = load_parallel_corpus(data_dir or MULTI30K_DIR, split)
+    if limit is not None:
+        sources, targets = sources[:limit], targets[:limit]
+    return sources, targets
+
+
+def _tokenizer(config, output_dir, sources, targets):
+    directory = output_dir / "tokenizer"
+    if (directory / "tokenizer.model").exists():
+        return SubwordTokenizer.load(directory)
+    start = time.time()
+    tokenizer = SubwordTokenizer.train(
+        sources + targets, vocabulary_size=config.vocabulary_size, seed=config.seed
+    )
+    tokenizer.save(directory)
+    print(
+        f"Trained a {tokenizer.vocabulary_size}-piece SentencePiece vocabulary "
+        f"in {time.time() - start:.1f} s."
+    )
+    return tokenizer
+
+
+def build_model(config, vocabulary_size):
+    model = keras_attn.models.Transformer.from_preset(
+        config.preset, vocabulary_size=vocabulary_size, **config.model_overrides()
+    )
+    schedule = TransformerSchedule(
+        model.hidden_dim, config.warmup_steps, scale=config.learning_rate_scale
+    )
+    model.compile(
+        optimizer=paper_adam(learning_rate=schedule),
+        loss=MaskedSparseCategoricalCrossentropy(
+            label_smoothing=config.label_smoothing, ignore_class=model.pad_id
+        ),
+        metrics=[MaskedAccuracy(ignore_class=model.pad_id)],
+    )
+    return model
+
+
+def train(config: TranslationConfig, output_dir, data_dir=None):
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "config.json").write_text(
+        json.dumps(dataclasses.asdict(config), indent=2)
+    )
+    keras.utils.set_random_seed(config.seed)
+    sources, targets = _load(data_dir, "train", config.train_pairs)
+    val_sources, val_targets = _load(data_dir, "val", config.evaluation_pairs)
+    print(f"Backend {keras.backend.backend()}; {len(sources)} training pairs.")
+    tokenizer = _tokenizer(config, output_dir, sources, targets)
+
+    def dataset(src, tgt, shuffle):
+        return make_translation_dataset(
+            src,
+            tgt,
+            tokenizer,
+            max_tokens_per_batch=config.max_tokens_per_batch,
+            max_length=config.max_length,
+            shuffle=shuffle,
+            seed=config.seed,
+            pad_remainder=True,
+        )
+
+    train_data = dataset(sources, targets, True)
+    stats = padding_statistics(train_data)
+    print("Padding share of training batches:", json.dumps(stats))
+    model = build_model(config, tokenizer.vocabulary_size)
+    print(f"Model: {model.count_params():,} parameters.")
+    (output_dir / "checkpoints").mkdir(exist_ok=True)
+    callbacks = [
+        keras.callbacks.BackupAndRestore(
+            str(output_dir / "backup"), delete_checkpoint=False
+        ),
+        keras.callbacks.ModelCheckpoint(
+            str(output_dir / "checkpoints" / "epoch_{epoch:03d}.keras")
+        ),
+        keras.callbacks.CSVLogger(str(output_dir / "history.csv"), append=True),
+        keras.callbacks.TensorBoard(str(output_dir / "logs"), update_freq=50),
+        TimeBudget(config.time_budget_minutes),
+    ]
+    start = time.time()
+    model.fit(
+        train_data,
+        validation_data=dataset(val_sources, val_targets, False),
+        epochs=config.epochs,
+        callbacks=callbacks,
+        verbose=2 if config.preset == "transformer_tiny" else "auto",
+    )
+    minutes = (time.time() - start) / 60
+    model.save(output_dir / "model.keras")
+    plot_learning_curves(output_dir / "history.csv", output_dir / "learning_curves.png")
+    summary = {
+        "training_minutes": round(minutes, 2),
+        "parameters": model.count_params(),
+    }
+    (output_dir / "training.json").write_text(json.dumps(summary, indent=2))
+    print(f"Trained for {minutes:.1f} min; saved {output_dir / 'model.keras'}.")
+    return model
+
+
+def load_translator(output_dir, strategy="beam"):
+    output_dir = Path(output_dir)
+    model_path = output_dir / "model.keras"
+    if not model_path.exists():
+        raise FileNotFoundError(
+            f"No trained model at {model_path}: run the `train` subcommand first."
+        )
+    config = TranslationConfig(**json.loads((output_dir / "config.json").read_text()))
+    model = keras.saving.load_model(model_path)
+    tokenizer = SubwordTokenizer.load(output_dir / "tokenizer")
+    options = {}
+    if strategy == "beam":
+        options = dict(
+            beam_size=config.beam_size, length_penalty_alpha=config.length_penalty_alpha
+        )
+    return Translator(model, tokenizer, strategy=strategy, **options), config
+
+
+def evaluate(output_dir, data_dir=None, split="test_2016_flickr", strategy="beam"):
+    output_dir = Path(output_dir)
+    translator, config = load_translator(output_dir, strategy)
+    sources, references = _load(data_dir, split, config.evaluation_pairs)
+    progress = keras.utils.Progbar(len(sources), unit_name="sentence")
+    hypotheses, start, chunk = [], time.time(), 256
+    for begin in range(0, len(sources), chunk):
+        hypotheses += translator.translate(sources[begin : begin + chunk])
+        progress.update(len(hypotheses))
+    seconds = time.time() - start
+    report = corpus_bleu(hypotheses, references)
+    print(
+        f"\n{split} ({len(sources)} sentences, {strategy}, {seconds:.0f} s):\n{report}"
+    )
+    (output_dir / f"{split}.{strategy}.de").write_text("\n".join(hypotheses) + "\n")
+    (output_dir / f"{split}.{strategy}.bleu.json").write_text(
+        json.dumps(
+            {**dataclasses.asdict(report), "seconds": round(seconds, 1)}, indent=2
+        )
+    )
+    save_attention_plot(translator, sources[0], output_dir / "cross_attention.png")
+    return report
+
+
+def cross_attention(model, source_ids, target_ids):
+    """Last decoder layer's cross-attention `(heads, target, source)` of one pair."""
+    encoder_tokens = np.asarray([source_ids], "int32")
+    decoder_tokens = np.asarray([target_ids], "int32")
+    encoder_output, encoder_mask = model.encode(encoder_tokens)
+    hidden = model.token_embedding(decoder_tokens)
+    for block in model.decoder_blocks:
+        hidden, scores = block(
+            hidden,
+            encoder_output,
+            encoder_padding_mask=encoder_mask,
+            return_attention_scores=True,
+        )
+    return keras.ops.convert_to_numpy(scores)[0]
+
+
+def save_attention_plot(translator, sentence, path):
+    tokenizer = translator.tokenizer
+    source_ids = translator.encode_sources([sentence])[0]
+    output_ids, _ = translator.translate_ids([sentence])
+    target = [tokenizer.start_id] + [i for i in output_ids[0] if i != tokenizer.pad_id]
+    if tokenizer.end_id in target:
+        target = target[: target.index(tokenizer.end_id)]
+    scores = cross_attention(translator.model, source_ids, target).mean(axis=0)
+    plot_attention(
+        scores,
+        tokenizer.id_to_piece(source_ids),
+        tokenizer.id_to_piece(target[1:] + [tokenizer.end_id]),
+        path,
+        title="Cross-attention, last decoder layer (mean over heads)",
+    )
+    print(f"Saved the cross-attention heat map to {path}.")
+
+
+def translate(output_dir, sentences, strategy="beam"):
+    translator, _ = load_translator(output_dir, strategy)
+    return translator.translate(sentences)
+
+
+def print_translations(output_dir, sentences, strategy="beam"):
+    for source, target in zip(sentences, translate(output_dir, sentences, strategy)):
+        print(f"EN: {source}\nDE: {target}\n")
