@@ -1,0 +1,35 @@
+"""Text input for translation: Multi30k, a SentencePiece tokenizer, tf.data, BLEU.
+
+This subpackage needs TensorFlow, tensorflow-text, sentencepiece and sacrebleu
+(`pip install keras-attn[text]`) on every Keras backend: `tf.data` feeds
+`model.fit` on JAX too.
+"""
+
+from keras_attn.text.bleu import BleuReport, corpus_bleu
+from keras_attn.text.parallel_corpus import (
+    MULTI30K_DIR,
+    load_multi30k,
+    load_parallel_corpus,
+    read_lines,
+)
+from keras_attn.text.pipeline import (
+    make_padded_dataset,
+    make_translation_dataset,
+    padding_statistics,
+)
+from keras_attn.text.tokenizer import SubwordTokenizer
+from keras_attn.text.translator import Translator
+
+__all__ = [
+    "MULTI30K_DIR",
+    "BleuReport",
+    "SubwordTokenizer",
+    "Translator",
+    "corpus_bleu",
+    "load_multi30k",
+    "load_parallel_corpus",
+    "make_padded_dataset",
+    "make_translation_dataset",
+    "padding_statistics",
+    "read_lines",
+]

@@ -1,0 +1,386 @@
+"""`tf.data` input pipelines for sequence-to-sequence training with teacher forcing.
+
+Each element is `({"encoder_tokens": (B, S), "decoder_tokens": (B, T)},
+labels (B, T))`, int32, padded with the padding id `0`:
+
+    encoder_tokens = source_ids + [end]
+    decoder_tokens = [start] + target_ids
+    labels         = target_ids + [end]
+
+so `decoder_tokens[:, 1:] == labels[:, :-1]` on real tokens. Keras's `fit`
+accepts a `tf.data.Dataset` on every backend, JAX included.
+
+`make_translation_dataset` batches by token budget with length buckets, as in
+the paper ("each training batch contained a set of sentence pairs containing
+approximately 25000 source tokens and 25000 target tokens"), and pads every
+batch to its bucket's length, so batch shapes come from a small fixed set:
+JAX compiles the train step once per shape. `make_padded_dataset` is the
+tutorial baseline (one fixed length, one fixed batch size) for comparisons.
+"""
+
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+DEFAULT_BUCKET_LENGTHS = (8, 12, 16, 24, 32, 48, 64, 96, 128)
+_BATCH_SHUFFLE_BUFFER = 128
+_GATHER_CHUNK = 1024
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(
+            f"`{name}` must be a positive integer. Received: {name}={value!r}"
+        )
+    return int(value)
+
+
+def _check_seed(seed):
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+    ):
+        raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
+    return None if seed is None else int(seed)
+
+
+def _encode_pairs(sources, targets, tokenizer, max_length):
+    """Tokenizes all pairs at once; truncates to `max_length - 1` ids, warning once."""
+    for name, value in (("sources", sources), ("targets", targets)):
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+            raise TypeError(
+                f"`{name}` must be a list of `str`. Received: {name}={value!r:.100}"
+            )
+    if len(sources) != len(targets):
+        raise ValueError(
+            "`sources` and `targets` must have the same length. Received: "
+            f"len(sources)={len(sources)}, len(targets)={len(targets)}"
+        )
+    if len(sources) == 0:
+        raise ValueError("`sources` and `targets` must not be empty.")
+    if not hasattr(tokenizer, "tokenize"):
+        raise TypeError(
+            "`tokenizer` must be a `keras_attn.text.SubwordTokenizer`. "
+            f"Received: tokenizer={tokenizer!r:.100}"
+        )
+    source_ids = tokenizer.tokenize(list(sources))
+    target_ids = tokenizer.tokenize(list(targets))
+    keep = max_length - 1  # One place is taken by the start or end id.
+    too_long = (source_ids.row_lengths() > keep) | (target_ids.row_lengths() > keep)
+    num_truncated = int(tf.reduce_sum(tf.cast(too_long, tf.int32)))
+    if num_truncated:
+        warnings.warn(
+            f"{num_truncated} of {len(sources)} sentence pairs have more than "
+            f"max_length - 1 = {keep} source or target tokens; they were "
+            f"truncated to max_length={max_length} tokens including the "
+            "start/end id.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return source_ids[:, :keep], target_ids[:, :keep]
+
+
+def _example_dataset(source_ids, target_ids, tokenizer, shuffle, seed, repeat):
+    """A dataset of unbatched `(encoder_tokens, decoder_tokens, labels)` triples."""
+    num_pairs = int(source_ids.nrows())
+    start = tf.fill([num_pairs, 1], tf.constant(tokenizer.start_id, tf.int32))
+    end = tf.fill([num_pairs, 1], tf.constant(tokenizer.end_id, tf.int32))
+    encoder_tokens = tf.concat([source_ids, end], axis=1)  # (pairs, (S))
+    decoder_tokens = tf.concat([start, target_ids], axis=1)  # (pairs, (T))
+    labels = tf.concat([target_ids, end], axis=1)  # (pairs, (T))
+
+    # Shuffling indices (not token tensors) keeps a full-corpus buffer cheap;
+    # gathering rows in chunks of indices is faster than pair by pair.
+    dataset = tf.data.Dataset.range(num_pairs)
+    if shuffle:
+        dataset = dataset.shuffle(num_pairs, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.batch(_GATHER_CHUNK).map(
+        lambda indices: tuple(
+            tf.gather(ids, indices) for ids in (encoder_tokens, decoder_tokens, labels)
+        ),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    # `unbatch` yields ragged-rank-0 ragged tensors; `padded_batch` wants dense.
+    return dataset.unbatch().map(
+        lambda *row: tuple(tf.convert_to_tensor(x) for x in row),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+
+
+def _finish(dataset, tokenizer, full_batch_size, pad_remainder, shuffle, seed):
+    """Pads short batches if asked, shuffles batches, names inputs, prefetches."""
+    pad_id = tokenizer.pad_id
+
+    def pad_batch(encoder_tokens, decoder_tokens, labels):
+        # All-padding rows complete the last batch of a bucket to the bucket's
+        # batch size; a loss that ignores padding labels gives them no weight.
+        missing = full_batch_size(tf.shape(encoder_tokens)[1]) - tf.shape(labels)[0]
+        paddings = [[0, missing], [0, 0]]
+        return tuple(
+            tf.pad(x, paddings, constant_values=pad_id)
+            for x in (encoder_tokens, decoder_tokens, labels)
+        )
+
+    if pad_remainder:
+        dataset = dataset.map(pad_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    if shuffle:
+        batch_seed = None if seed is None else seed + 1
+        dataset = dataset.shuffle(_BATCH_SHUFFLE_BUFFER, seed=batch_seed)
+    dataset = dataset.map(
+        lambda encoder_tokens, decoder_tokens, labels: (
+            {"encoder_tokens": encoder_tokens, "decoder_tokens": decoder_tokens},
+            labels,
+        )
+    )
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def make_translation_dataset(
+    sources,
+    targets,
+    tokenizer,
+    max_tokens_per_batch=4096,
+    max_length=128,
+    bucket_boundaries=None,
+    shuffle=True,
+    seed=0,
+    repeat=False,
+    pad_remainder=False,
+):
+    """Builds a token-budget, length-bucketed dataset of sentence pairs.
+
+    Pairs go to the smallest bucket length `L` that holds both
+    `len(source) + 1` and `len(target) + 1`; source and target are both padded
+    to `L`, and a bucket's batches hold `max_tokens_per_batch // L` pairs, so
+    every batch has at most `max_tokens_per_batch` source tokens and as many
+    target tokens (padding included). Pairs are shuffled (with `seed`) before
+    bucketing, and batches are shuffled again after it.
+
+    Pairs longer than `max_length` (start/end id included) are truncated, with
+    one `UserWarning` that says how many: dropping them would silently change
+    the data, and Multi30k has none longer than the default.
+
+    Args:
+        sources: list of source `str`.
+        targets: list of target `str`, one per source.
+        tokenizer: a `keras_attn.text.SubwordTokenizer`.
+        max_tokens_per_batch: token budget per batch and side (batch size
+            times padded length). Defaults to `4096`.
+        max_length: most tokens per sequence, start/end id included.
+            Defaults to `128`.
+        bucket_boundaries: increasing padded lengths of the buckets; the last
+            must be at least `max_length`. Defaults to `None`: the lengths
+            `8, 12, 16, 24, 32, 48, 64, 96, 128` below `max_length`, then
+            `max_length`.
+        shuffle: whether to shuffle pairs and batches. Defaults to `True`.
+        seed: shuffle seed (`None`: a different order every run). Defaults to
+            `0`.
+        repeat: whether to repeat forever (reshuffling each pass); then give
+            `model.fit` a `steps_per_epoch`. Defaults to `False`.
+        pad_remainder: whether to complete the last, smaller batch of each
+            bucket with all-padding rows, so that there is exactly one batch
+            shape per bucket (with `repeat=True` this holds anyway). Only for
+            losses that ignore padding labels. Defaults to `False`.
+
+    Returns:
+        A `tf.data.Dataset` of `({"encoder_tokens": int32 (B, L),
+        "decoder_tokens": int32 (B, L)}, labels int32 (B, L))`.
+
+    Example:
+
+    >>> from keras_attn.text import SubwordTokenizer, load_multi30k
+    >>> from keras_attn.text import make_translation_dataset
+    >>> sources, targets = load_multi30k("val")
+    >>> tokenizer = SubwordTokenizer.train(sources + targets, vocabulary_size=1000)
+    >>> dataset = make_translation_dataset(sources, targets, tokenizer)
+    >>> inputs, labels = next(iter(dataset))
+    >>> labels.shape[0] * labels.shape[1] <= 4096
+    True
+    """
+    max_tokens_per_batch = _check_positive_int(
+        "max_tokens_per_batch", max_tokens_per_batch
+    )
+    max_length = _check_positive_int("max_length", max_length)
+    if max_length < 2:
+        raise ValueError(
+            f"`max_length` must be at least 2. Received: max_length={max_length}"
+        )
+    seed = _check_seed(seed)
+    if bucket_boundaries is None:
+        lengths = [n for n in DEFAULT_BUCKET_LENGTHS if n < max_length] + [max_length]
+    else:
+        lengths = [
+            _check_positive_int("bucket_boundaries", n) for n in bucket_boundaries
+        ]
+        if not lengths or any(a >= b for a, b in zip(lengths, lengths[1:])):
+            raise ValueError(
+                "`bucket_boundaries` must be a non-empty, strictly increasing "
+                f"list. Received: bucket_boundaries={bucket_boundaries!r}"
+            )
+        if lengths[-1] < max_length:
+            raise ValueError(
+                "The last of `bucket_boundaries` must be at least `max_length`. "
+                f"Received: bucket_boundaries={bucket_boundaries!r}, "
+                f"max_length={max_length}"
+            )
+        # Buckets past the first one that holds `max_length` stay empty.
+        lengths = [n for n in lengths if n < max_length] + [
+            next(n for n in lengths if n >= max_length)
+        ]
+    if max_tokens_per_batch < lengths[-1]:
+        raise ValueError(
+            "`max_tokens_per_batch` must hold at least one sequence of the "
+            f"longest bucket ({lengths[-1]} tokens). Received: "
+            f"max_tokens_per_batch={max_tokens_per_batch}"
+        )
+
+    source_ids, target_ids = _encode_pairs(sources, targets, tokenizer, max_length)
+    dataset = _example_dataset(source_ids, target_ids, tokenizer, shuffle, seed, repeat)
+    # tf.data's bucket `i` holds lengths in [boundary[i-1], boundary[i]) and
+    # pads to boundary[i] - 1, so boundary = L + 1 pads to L. The extra last
+    # bucket (length > lengths[-1]) never receives a pair after truncation.
+    dataset = dataset.bucket_by_sequence_length(
+        element_length_func=lambda encoder_tokens, decoder_tokens, labels: tf.maximum(
+            tf.shape(encoder_tokens)[0], tf.shape(labels)[0]
+        ),
+        bucket_boundaries=[n + 1 for n in lengths],
+        bucket_batch_sizes=[max_tokens_per_batch // n for n in lengths] + [1],
+        padded_shapes=([None], [None], [None]),
+        padding_values=(tf.constant(tokenizer.pad_id, tf.int32),) * 3,
+        pad_to_bucket_boundary=True,
+    )
+    return _finish(
+        dataset,
+        tokenizer,
+        lambda length: max_tokens_per_batch // length,
+        pad_remainder,
+        shuffle,
+        seed,
+    )
+
+
+def make_padded_dataset(
+    sources,
+    targets,
+    tokenizer,
+    sequence_length=128,
+    batch_size=64,
+    shuffle=True,
+    seed=0,
+    repeat=False,
+    pad_remainder=False,
+):
+    """Builds the fixed-shape baseline: one padded length, one batch size.
+
+    Like the TensorFlow Transformer tutorial's pipeline, every sequence is
+    padded to `sequence_length` and batches hold `batch_size` pairs; use it to
+    measure what token-budget bucketing (`make_translation_dataset`) saves.
+    Longer pairs are truncated with one warning.
+
+    Args:
+        sources: list of source `str`.
+        targets: list of target `str`, one per source.
+        tokenizer: a `keras_attn.text.SubwordTokenizer`.
+        sequence_length: padded length, start/end id included. Defaults to
+            `128`.
+        batch_size: pairs per batch. Defaults to `64`.
+        shuffle: whether to shuffle pairs and batches. Defaults to `True`.
+        seed: shuffle seed. Defaults to `0`.
+        repeat: whether to repeat forever. Defaults to `False`.
+        pad_remainder: whether to complete the last batch with all-padding
+            rows. Defaults to `False`.
+
+    Returns:
+        A `tf.data.Dataset` with the structure of `make_translation_dataset`'s
+        and every batch of shape `(batch_size, sequence_length)` (the last one
+        smaller unless `repeat` or `pad_remainder`).
+
+    Example:
+
+    >>> from keras_attn.text import SubwordTokenizer, load_multi30k
+    >>> from keras_attn.text import make_padded_dataset
+    >>> sources, targets = load_multi30k("val")
+    >>> tokenizer = SubwordTokenizer.train(sources + targets, vocabulary_size=1000)
+    >>> dataset = make_padded_dataset(
+    ...     sources, targets, tokenizer, sequence_length=128, batch_size=32
+    ... )
+    >>> inputs, labels = next(iter(dataset))
+    >>> tuple(labels.shape)
+    (32, 128)
+    """
+    sequence_length = _check_positive_int("sequence_length", sequence_length)
+    if sequence_length < 2:
+        raise ValueError(
+            "`sequence_length` must be at least 2. "
+            f"Received: sequence_length={sequence_length}"
+        )
+    batch_size = _check_positive_int("batch_size", batch_size)
+    seed = _check_seed(seed)
+    source_ids, target_ids = _encode_pairs(sources, targets, tokenizer, sequence_length)
+    dataset = _example_dataset(source_ids, target_ids, tokenizer, shuffle, seed, repeat)
+    dataset = dataset.padded_batch(
+        batch_size,
+        padded_shapes=([sequence_length],) * 3,
+        padding_values=(tf.constant(tokenizer.pad_id, tf.int32),) * 3,
+    )
+    return _finish(
+        dataset, tokenizer, lambda length: batch_size, pad_remainder, shuffle, seed
+    )
+
+
+def padding_statistics(dataset, max_batches=None, pad_id=0):
+    """Measures the share of padding in a translation dataset.
+
+    Args:
+        dataset: a finite `tf.data.Dataset` from `make_translation_dataset` or
+            `make_padded_dataset` (or of the same structure).
+        max_batches: read at most this many batches (needed for a repeating
+            dataset). Defaults to `None` (all).
+        pad_id: the padding id. Defaults to `0`.
+
+    Returns:
+        A dict: `"source_padding"`, `"target_padding"` and `"padding"` (both
+        sides together) as shares in [0, 1] of all positions;
+        `"source_tokens"` and `"target_tokens"`, the real (non-padding) token
+        counts; `"batches"`, the number of batches read.
+
+    Example:
+
+    >>> from keras_attn.text import padding_statistics
+    >>> stats = padding_statistics(dataset)  # e.g. from `make_padded_dataset`
+    >>> 0.0 <= stats["padding"] <= 1.0
+    True
+    """
+    if max_batches is None:
+        if dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
+            raise ValueError(
+                "`dataset` repeats forever: pass `max_batches`. "
+                "Received: max_batches=None"
+            )
+    else:
+        dataset = dataset.take(_check_positive_int("max_batches", max_batches))
+
+    def accumulate(totals, batch):
+        inputs, labels = batch
+        counts = []
+        for ids in (inputs["encoder_tokens"], labels):
+            counts += [
+                tf.size(ids, tf.int64),
+                tf.reduce_sum(tf.cast(ids == pad_id, tf.int64)),
+            ]
+        return totals + tf.stack(counts + [tf.constant(1, tf.int64)])
+
+    totals = dataset.reduce(tf.zeros([5], tf.int64), accumulate)
+    source_size, source_pad, target_size, target_pad, batches = totals.numpy().tolist()
+    if batches == 0:
+        raise ValueError("`dataset` has no batches.")
+    return {
+        "source_padding": source_pad / source_size,
+        "target_padding": target_pad / target_size,
+        "padding": (source_pad + target_pad) / (source_size + target_size),
+        "source_tokens": source_size - source_pad,
+        "target_tokens": target_size - target_pad,
+        "batches": batches,
+    }
