@@ -83,7 +83,9 @@ SETTINGS = {
         vocabulary_size=8000,
         epochs=60,
         time_budget_minutes=85.0,
-        max_tokens_per_batch=4096,
+        # A multiple of lcm(bucket lengths) = 384, so that every bucket's
+        # batch splits evenly over 2, 4 or 8 data-parallel replicas.
+        max_tokens_per_batch=4608,
         warmup_steps=1500,
         learning_rate_scale=1.0,
     ),

@@ -1,0 +1,279 @@
+"""One call that spreads training over devices, whatever the Keras backend."""
+
+import contextlib
+import numbers
+
+import keras
+
+KINDS = ("none", "data", "model")
+
+
+class TrainingDistribution:
+    """How training is spread over devices; returned by `configure`.
+
+    Training code uses it the same way on every backend: build, compile and
+    fit the model inside `scope()`, and check batch sizes with
+    `check_batch_size` before training.
+
+    - JAX: `scope()` makes `keras_distribution` (a
+      `keras.distribution.DataParallel` or `ModelParallel`) the current
+      distribution, so variables are created with their layouts and `fit`
+      shards each batch over the mesh's `"batch"` axis.
+    - TensorFlow: `scope()` is `tf_strategy.scope()`; Keras takes the
+      strategy from the variables created in it.
+    - `kind="none"`: `scope()` does nothing.
+
+    Attributes:
+        kind: `"none"`, `"data"` or `"model"`.
+        backend: the Keras backend, `"jax"` or `"tensorflow"`.
+        mesh_shape: `(batch,)` for data parallelism, `(batch, model)` for
+            model parallelism, `(1,)` for `"none"`.
+        num_replicas: int, the data-parallel width (over all processes):
+            every batch is split into this many equal parts.
+        model_parallel_size: int, devices that share one model replica.
+        num_processes: int, processes taking part (1 unless multi-host).
+        process_id: int, this process's index; 0 is the one that writes.
+        keras_distribution: the `keras.distribution.Distribution` (JAX), or
+            `None`.
+        tf_strategy: the `tf.distribute.Strategy` (TensorFlow), or `None`.
+    """
+
+    def __init__(
+        self,
+        kind,
+        backend,
+        mesh_shape,
+        num_processes=1,
+        process_id=0,
+        keras_distribution=None,
+        tf_strategy=None,
+    ):
+        self.kind = kind
+        self.backend = backend
+        self.mesh_shape = tuple(mesh_shape)
+        self.num_replicas = self.mesh_shape[0]
+        self.model_parallel_size = self.mesh_shape[1] if len(mesh_shape) > 1 else 1
+        self.num_processes = num_processes
+        self.process_id = process_id
+        self.keras_distribution = keras_distribution
+        self.tf_strategy = tf_strategy
+
+    @contextlib.contextmanager
+    def scope(self):
+        """Context in which to build, compile and fit the model."""
+        if self.keras_distribution is not None:
+            with self.keras_distribution.scope():
+                yield
+        elif self.tf_strategy is not None:
+            with self.tf_strategy.scope():
+                yield
+        else:
+            yield
+
+    def check_batch_size(self, batch_size, name="batch_size"):
+        """Raises `ValueError` unless every batch splits evenly over replicas.
+
+        Call it before training with the global batch size (or, for a
+        pipeline with several batch shapes, all of them): JAX would otherwise
+        fail inside the first step with an XLA sharding error, and
+        TensorFlow would give replicas unequal shares.
+
+        Args:
+            batch_size: int, or an iterable of ints.
+            name: the argument to name in the error. Defaults to
+                `"batch_size"`.
+
+        Returns:
+            `batch_size`, unchanged.
+        """
+        sizes = [batch_size] if isinstance(batch_size, numbers.Integral) else batch_size
+        sizes = list(sizes)
+        bad = [size for size in sizes if int(size) % self.num_replicas]
+        if bad:
+            received = batch_size if len(sizes) == 1 else sorted(set(sizes))
+            raise ValueError(
+                f"`{name}` must be divisible by the {self.num_replicas} "
+                f"data-parallel replicas ({self._where()}) so that each replica "
+                f"gets an equal share of every batch; not divisible: "
+                f"{sorted(set(bad))}. Received: {name}={received}"
+            )
+        return batch_size
+
+    def _where(self):
+        if self.kind == "model":
+            return f"axis 'batch' of mesh_shape={self.mesh_shape}"
+        return f"kind={self.kind!r} on {self.backend}"
+
+    def __repr__(self):
+        return (
+            f"<TrainingDistribution kind={self.kind!r} backend={self.backend!r} "
+            f"mesh_shape={self.mesh_shape} num_replicas={self.num_replicas} "
+            f"num_processes={self.num_processes} process_id={self.process_id}>"
+        )
+
+
+def parse_mesh_shape(text):
+    """Parses `"2,4"` (batch, model) or `"8"` into a tuple of positive ints.
+
+    Args:
+        text: str such as the recipe's `--mesh` value, or `None`.
+
+    Returns:
+        A tuple of ints, or `None` when `text` is `None` or empty.
+    """
+    if text is None or not str(text).strip():
+        return None
+    try:
+        shape = tuple(int(part) for part in str(text).split(","))
+    except ValueError:
+        shape = ()
+    if not shape or len(shape) > 2 or min(shape) < 1:
+        raise ValueError(
+            "`mesh` must be one or two positive integers separated by a comma: "
+            f'"batch" or "batch,model" (e.g. "2,4"). Received: mesh={text!r}'
+        )
+    return shape
+
+
+def _check_mesh_shape(mesh_shape):
+    if mesh_shape is None:
+        return None
+    if isinstance(mesh_shape, str):
+        return parse_mesh_shape(mesh_shape)
+    shape = tuple(mesh_shape)
+    if not shape or not all(
+        isinstance(n, numbers.Integral) and not isinstance(n, bool) and n > 0
+        for n in shape
+    ):
+        raise ValueError(
+            "`mesh_shape` must be a tuple of positive integers, (batch,) or "
+            f"(batch, model). Received: mesh_shape={mesh_shape!r}"
+        )
+    return tuple(int(n) for n in shape)
+
+
+def configure(
+    kind="none", mesh_shape=None, devices=None, layout_map=None, tf_strategy=None
+):
+    """Sets up data or model parallel training for the current Keras backend.
+
+    Call it at the start of the program, before anything runs on a device:
+    the multi-process set-up below must come first. Then build, compile and
+    fit inside the returned object's `scope()`:
+
+    | kind | JAX | TensorFlow |
+    |---|---|---|
+    | `"none"` | one device | the default strategy |
+    | `"data"` | `keras.distribution.DataParallel` | `tf.distribute.MirroredStrategy` |
+    | `"model"` | `keras.distribution.ModelParallel` with `transformer_layout_map` | `ValueError` |
+
+    Several processes (hosts) take part when the launcher says so, with no
+    code change: on JAX, `KERAS_DISTRIBUTION_JOB_ADDRESSES`,
+    `KERAS_DISTRIBUTION_NUM_PROCESSES` and `KERAS_DISTRIBUTION_PROCESS_ID`
+    make this call run `keras.distribution.initialize()` (or call that, or
+    `jax.distributed.initialize`, yourself first); the mesh then spans every
+    process's devices. On TensorFlow, a `TF_CONFIG` with two tasks or more
+    gives a `tf.distribute.MultiWorkerMirroredStrategy`.
+
+    Args:
+        kind: `"none"`, `"data"` (replicate the model, split each batch)
+            or `"model"` (JAX only: also shard the weights Megatron-style
+            over a `"model"` mesh axis). Defaults to `"none"`.
+        mesh_shape: `(batch,)` for `"data"`; `(batch, model)` for
+            `"model"`, e.g. `(2, 4)` on 8 devices; or a string `"2,4"`.
+            Defaults to `None`: every device on the batch axis for `"data"`,
+            on the model axis (`(1, n)`) for `"model"`.
+        devices: list of device names (`"gpu:0"`, ...) to use. Defaults to
+            `None`: every accelerator, else every CPU device (all processes'
+            on JAX; the logical CPU devices on TensorFlow).
+        layout_map: JAX `"model"` only: a callable `device_mesh ->
+            keras.distribution.LayoutMap`. Defaults to `None`, meaning
+            `keras_attn.models.transformer_layout_map`.
+        tf_strategy: TensorFlow only: a ready `tf.distribute.Strategy` to
+            use as is, e.g. a `TPUStrategy` or a `MultiWorkerMirroredStrategy`
+            with custom options; `kind` must then be `"data"`. Defaults to
+            `None`.
+
+    Returns:
+        A `TrainingDistribution`.
+
+    Example:
+
+    ```python
+    distribution = keras_attn.distribution.configure("model", mesh_shape=(2, 4))
+    distribution.check_batch_size(64)
+    with distribution.scope():
+        model = keras_attn.models.Transformer.from_preset(
+            "transformer_base", vocabulary_size=32000)
+        model.compile(optimizer="adam", loss=...)
+        model.fit(dataset, epochs=1)
+    ```
+    """
+    if kind not in KINDS:
+        raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
+    mesh_shape = _check_mesh_shape(mesh_shape)
+    backend = keras.backend.backend()
+    if kind == "none":
+        for name, value in (("mesh_shape", mesh_shape), ("devices", devices)):
+            if value is not None:
+                raise ValueError(
+                    f"`{name}` applies to kind='data' or kind='model'. "
+                    f"Received: kind='none', {name}={value!r}"
+                )
+        return TrainingDistribution("none", backend, (1,))
+    if devices is not None and (isinstance(devices, str) or not list(devices)):
+        raise ValueError(
+            "`devices` must be a non-empty list of device names such as "
+            f"['gpu:0', 'gpu:1']. Received: devices={devices!r}"
+        )
+    if tf_strategy is not None and (backend != "tensorflow" or kind != "data"):
+        raise ValueError(
+            "`tf_strategy` needs the TensorFlow backend and kind='data'. "
+            f"Received: tf_strategy={type(tf_strategy).__name__}, kind={kind!r}, "
+            f"backend={backend!r}"
+        )
+
+    if backend == "jax":
+        from keras_attn.distribution import jax_setup
+
+        jax_setup.maybe_initialize_multi_process()
+        distribution, mesh_shape = jax_setup.make_keras_distribution(
+            kind, mesh_shape, devices, layout_map
+        )
+        num_processes, process_id = jax_setup.process_info()
+        return TrainingDistribution(
+            kind,
+            backend,
+            mesh_shape,
+            num_processes,
+            process_id,
+            keras_distribution=distribution,
+        )
+
+    if backend == "tensorflow":
+        if kind == "model":
+            raise ValueError(
+                "`kind='model'` (model parallelism) is only supported on the JAX "
+                "backend (keras.distribution.ModelParallel); on TensorFlow use "
+                "kind='data'. Received: kind='model' with KERAS_BACKEND=tensorflow"
+            )
+        from keras_attn.distribution import tensorflow_setup
+
+        if tf_strategy is None:
+            tf_strategy = tensorflow_setup.make_strategy(mesh_shape, devices)
+        else:
+            tensorflow_setup.check_mesh_shape(mesh_shape, tf_strategy)
+        num_processes, process_id = tensorflow_setup.process_info(tf_strategy)
+        return TrainingDistribution(
+            kind,
+            backend,
+            (tf_strategy.num_replicas_in_sync,),
+            num_processes,
+            process_id,
+            tf_strategy=tf_strategy,
+        )
+
+    raise ValueError(
+        f"`kind={kind!r}` needs the JAX or TensorFlow backend. "
+        f"Received: KERAS_BACKEND={backend}"
+    )

@@ -1,0 +1,104 @@
+"""`keras_attn.distribution.configure` arguments, in the test process (1 device).
+
+Multi-device behaviour is in test_jax_distribution.py and
+test_tf_distribution.py, which start processes with several devices.
+"""
+
+import keras
+import pytest
+
+import keras_attn
+from keras_attn.distribution import TrainingDistribution, configure, parse_mesh_shape
+
+BACKEND = keras.backend.backend()
+
+
+@pytest.mark.parametrize(
+    "text, shape",
+    [("2,4", (2, 4)), ("8", (8,)), (" 1, 2 ", (1, 2)), (None, None), ("", None)],
+)
+def test_parse_mesh_shape(text, shape):
+    assert parse_mesh_shape(text) == shape
+
+
+@pytest.mark.parametrize("text", ["2,x", "0,2", "1,2,3", "-1"])
+def test_parse_mesh_shape_names_the_flag(text):
+    with pytest.raises(ValueError, match="`mesh` must be one or two positive"):
+        parse_mesh_shape(text)
+
+
+def test_none_is_one_device_and_a_no_op_scope():
+    distribution = configure("none")
+    assert (distribution.kind, distribution.num_replicas) == ("none", 1)
+    assert distribution.keras_distribution is None and distribution.tf_strategy is None
+    with distribution.scope():
+        assert keras.distribution.distribution() is None
+    assert distribution.check_batch_size(7) == 7
+
+
+def test_data_on_the_one_test_device():
+    distribution = configure("data")
+    assert distribution.num_replicas == 1 and distribution.mesh_shape == (1,)
+    assert distribution.num_processes == 1 and distribution.process_id == 0
+    with distribution.scope():
+        if BACKEND == "jax":
+            assert isinstance(
+                keras.distribution.distribution(), keras.distribution.DataParallel
+            )
+    assert keras.distribution.distribution() is None  # the scope restores
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(kind="pipeline"), "`kind` must be one of"),
+        (dict(kind="none", mesh_shape=(2,)), "`mesh_shape` applies to kind='data'"),
+        (dict(kind="none", devices=["cpu:0"]), "`devices` applies to kind='data'"),
+        (
+            dict(kind="data", mesh_shape=(0,)),
+            "`mesh_shape` must be a tuple of positive",
+        ),
+        (dict(kind="data", mesh_shape=(3,)), "`mesh_shape` must be"),
+        (dict(kind="data", devices="cpu:0"), "`devices` must be a non-empty list"),
+        (dict(kind="data", devices=[]), "`devices` must be a non-empty list"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        configure(**kwargs)
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX mesh shapes")
+def test_jax_model_mesh_must_cover_the_devices():
+    with pytest.raises(ValueError, match=r"\(batch, model\).*mesh_shape=\(2, 4\)"):
+        configure("model", mesh_shape=(2, 4))
+    distribution = configure("model", mesh_shape="1,1")
+    assert distribution.mesh_shape == (1, 1) and distribution.model_parallel_size == 1
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow only")
+def test_tensorflow_rejects_model_parallelism():
+    with pytest.raises(ValueError, match="only supported on the JAX backend"):
+        configure("model", mesh_shape=(1, 1))
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX only")
+def test_tf_strategy_needs_tensorflow():
+    with pytest.raises(ValueError, match="`tf_strategy` needs the TensorFlow backend"):
+        configure("data", tf_strategy=object())
+
+
+def test_check_batch_size_lists_the_sizes_that_do_not_divide():
+    distribution = TrainingDistribution("model", "jax", (4, 2))
+    assert distribution.check_batch_size([8, 16]) == [8, 16]
+    with pytest.raises(ValueError) as error:
+        distribution.check_batch_size([8, 6, 12, 10], name="bucket batch sizes")
+    message = str(error.value)
+    assert "`bucket batch sizes` must be divisible by the 4 data-parallel" in message
+    assert "axis 'batch' of mesh_shape=(4, 2)" in message
+    assert "not divisible: [6, 10]" in message
+
+
+def test_public_api():
+    assert keras_attn.distribution.configure is configure
+    assert keras_attn.distribution.KINDS == ("none", "data", "model")

@@ -1,0 +1,59 @@
+"""The translation recipe's `--distribute` / `--mesh` flags and its check that
+every length bucket's batch splits evenly over the replicas (no training)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from keras_attn.distribution import TrainingDistribution
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
+
+import translate_multi30k  # noqa: E402
+import translation_steps  # noqa: E402
+from translation_config import SETTINGS  # noqa: E402
+
+
+@pytest.mark.parametrize("command", ["train", "all"])
+def test_flags_reach_the_training_subcommands(command):
+    args = translate_multi30k.parse_args(
+        [command, "--distribute", "model", "--mesh", "2,4"]
+    )
+    assert (args.distribute, args.mesh) == ("model", (2, 4))
+    args = translate_multi30k.parse_args([command])
+    assert (args.distribute, args.mesh) == ("none", None)
+
+
+@pytest.mark.parametrize("mesh", ["2,x", "0", "1,2,3"])
+def test_bad_mesh_is_a_usage_error(mesh, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        translate_multi30k.parse_args(["train", "--mesh", mesh])
+    assert exit_info.value.code == 2
+    assert "--mesh expects positive integers" in capsys.readouterr().err
+
+
+def test_bucket_batch_sizes_are_the_pipelines():
+    # tiny: 512-token batches, buckets 8, 12, 16, 24, 32, 48 and max_length 64.
+    assert translation_steps._bucket_batch_sizes(SETTINGS["tiny"]) == [
+        64,
+        42,
+        32,
+        21,
+        16,
+        10,
+        8,
+    ]
+
+
+def test_uneven_buckets_are_rejected_before_training_with_a_fix():
+    eight = TrainingDistribution("data", "jax", (8,))
+    with pytest.raises(ValueError) as error:
+        translation_steps._check_batches_split_evenly(eight, SETTINGS["tiny"])
+    message = str(error.value)
+    assert "not divisible: [10, 21, 42]" in message
+    assert "max_tokens_per_batch=N` with N a multiple of 1536" in message
+    # The README's quick setting (3072-token batches) splits over 8 devices.
+    translation_steps._check_batches_split_evenly(eight, SETTINGS["quick"])
+    tiny_fixed = SETTINGS["tiny"].replace(max_tokens_per_batch=1536)
+    translation_steps._check_batches_split_evenly(eight, tiny_fixed)
