@@ -6,6 +6,7 @@ compiled (XLA on JAX, `tf.function` on TensorFlow).
 """
 
 from keras_attn.generation.beam_search import beam_search, length_penalty
+from keras_attn.generation.causal_lm import generate_lm
 from keras_attn.generation.greedy_search import greedy_search
 from keras_attn.generation.sampling import filter_logits, sample
 from keras_attn.generation.sequence_generator import SequenceGenerator
@@ -14,6 +15,7 @@ __all__ = [
     "SequenceGenerator",
     "beam_search",
     "filter_logits",
+    "generate_lm",
     "greedy_search",
     "length_penalty",
     "sample",

@@ -19,11 +19,41 @@ def length_penalty(length, alpha):
     return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
 
 
+def check_beam_search_args(beam_size, length_penalty_alpha):
+    if not isinstance(beam_size, int) or beam_size <= 0:
+        raise ValueError(
+            f"`beam_size` must be a positive integer. Received: beam_size={beam_size!r}"
+        )
+    if not length_penalty_alpha >= 0:
+        raise ValueError(
+            "`length_penalty_alpha` must be >= 0. "
+            f"Received: length_penalty_alpha={length_penalty_alpha!r}"
+        )
+
+
 def _gather_beams(tensor, beam_indices):
     """`tensor[b, beam_indices[b, j]]` for `(batch, beams, ...)` tensors."""
-    extra_dims = len(tensor.shape) - 2
-    indices = ops.reshape(beam_indices, (*beam_indices.shape, *([1] * extra_dims)))
+    indices = beam_indices
+    # (batch, beams, 1, ...): expand_dims, not a reshape to `beam_indices.shape`,
+    # which holds `None` when the batch size is unknown (TF SavedModel export).
+    for _ in range(len(tensor.shape) - 2):
+        indices = ops.expand_dims(indices, -1)
     return ops.take_along_axis(tensor, indices, axis=1)
+
+
+def _top_k(scores, k):
+    """`ops.top_k(scores, k)` over the last axis of `(batch, n)` scores.
+
+    With a symbolic batch size (a shape-polymorphic jax2tf export, see
+    `keras_attn.export`), `top_k` runs row by row: JAX serializes a batched
+    `top_k` into StableHLO ops that TensorFlow 2.21 cannot specialize to a
+    concrete shape when it loads the SavedModel, while the per-row `top_k`
+    of a `keras.ops.map` has static shapes. Ties go to the lower index
+    either way.
+    """
+    if scores.shape[0] is None or isinstance(scores.shape[0], int):
+        return ops.top_k(scores, k)
+    return ops.map(lambda row: ops.top_k(row, k), scores)
 
 
 def beam_search(
@@ -70,15 +100,7 @@ def beam_search(
         Machine Translation System", 2016, section 7.
     """
     check_token_ids(start_id, end_id, model.vocabulary_size)
-    if not isinstance(beam_size, int) or beam_size <= 0:
-        raise ValueError(
-            f"`beam_size` must be a positive integer. Received: beam_size={beam_size!r}"
-        )
-    if not length_penalty_alpha >= 0:
-        raise ValueError(
-            "`length_penalty_alpha` must be >= 0. "
-            f"Received: length_penalty_alpha={length_penalty_alpha!r}"
-        )
+    check_beam_search_args(beam_size, length_penalty_alpha)
     encoder_tokens, encoder_output, encoder_mask = encode_source(model, encoder_tokens)
     max_length = resolve_max_length(model, encoder_tokens, max_length)
     batch_size = ops.shape(encoder_tokens)[0]
@@ -135,7 +157,7 @@ def beam_search(
             candidate_log_probs / penalties[:, :, None],
             (batch_size, beams * vocabulary_size),
         )
-        _, best = ops.top_k(candidate_scores, beams)  # (batch, beams)
+        _, best = _top_k(candidate_scores, beams)  # (batch, beams)
         parents = best // vocabulary_size
         new_ids = ops.cast(best % vocabulary_size, "int32")
 
@@ -170,7 +192,7 @@ def beam_search(
     _, tokens, log_probs, ended, lengths, _ = ops.while_loop(cond, body, state)
     # Re-rank by final score (live hypotheses cut at max_length included).
     scores = log_probs / length_penalty(lengths, length_penalty_alpha)
-    scores, order = ops.top_k(scores, beams)
+    scores, order = _top_k(scores, beams)
     tokens = _gather_beams(tokens, order)[:, :, 1:]
     return {
         "tokens": tokens[:, 0],

@@ -16,6 +16,13 @@ def check_token_ids(start_id, end_id, vocabulary_size):
             )
 
 
+def check_max_length(max_length):
+    if not isinstance(max_length, int) or max_length <= 0:
+        raise ValueError(
+            f"`max_length` must be a positive integer. Received: max_length={max_length!r}"
+        )
+
+
 def resolve_max_length(model, encoder_tokens, max_length):
     """`max_length` if given, else source length + 50 (the paper's rule)."""
     if max_length is None:
@@ -26,10 +33,7 @@ def resolve_max_length(model, encoder_tokens, max_length):
                 f"static. Received: encoder_tokens.shape={encoder_tokens.shape}"
             )
         max_length = source_length + MAX_LENGTH_OFFSET
-    if not isinstance(max_length, int) or max_length <= 0:
-        raise ValueError(
-            f"`max_length` must be a positive integer. Received: max_length={max_length!r}"
-        )
+    check_max_length(max_length)
     if model.position == "learned":
         max_length = min(max_length, model.max_sequence_length)
     return max_length

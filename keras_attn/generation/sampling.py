@@ -17,7 +17,8 @@ def filter_logits(logits, top_k=None, top_p=None, temperature=1.0):
 
     Args:
         logits: float tensor `(batch, vocabulary)`.
-        top_k: int, keep the `k` most likely ids. Defaults to `None` (all).
+        top_k: int, keep the `k` most likely ids (all of them if `k` is at
+            least the vocabulary size). Defaults to `None` (all).
         top_p: float in `(0, 1]`, keep the smallest set of most likely ids
             whose probability reaches `top_p` (Holtzman et al., 2020).
             Defaults to `None` (all).
@@ -27,6 +28,9 @@ def filter_logits(logits, top_k=None, top_p=None, temperature=1.0):
         Logits of the same shape with discarded ids at `-inf`.
     """
     logits = ops.cast(logits, "float32") / temperature
+    vocabulary_size = logits.shape[-1]
+    if top_k is not None and vocabulary_size is not None:
+        top_k = min(top_k, vocabulary_size)  # more than there are: keep all
     if top_k is not None:
         kth_best = ops.top_k(logits, top_k, sorted=True)[0][:, -1:]  # (batch, 1)
         logits = ops.where(logits < kth_best, -float("inf"), logits)
@@ -42,7 +46,7 @@ def filter_logits(logits, top_k=None, top_p=None, temperature=1.0):
     return logits
 
 
-def _check_sampling_args(top_k, top_p, temperature):
+def check_sampling_args(top_k, top_p, temperature):
     if top_k is not None and (not isinstance(top_k, int) or top_k <= 0):
         raise ValueError(
             f"`top_k` must be a positive integer. Received: top_k={top_k!r}"
@@ -58,6 +62,8 @@ def _check_sampling_args(top_k, top_p, temperature):
 def sample_from_logits(logits, uniform):
     """Inverse-CDF sampling: the first id whose cumulative probability > `uniform`.
 
+    Ids of zero probability (filtered to `-inf`) are never returned.
+
     Args:
         logits: float `(batch, vocabulary)`, `-inf` for excluded ids.
         uniform: float `(batch,)` in `[0, 1)`.
@@ -65,10 +71,20 @@ def sample_from_logits(logits, uniform):
     Returns:
         int32 `(batch,)`.
     """
-    cumulative = ops.cumsum(ops.softmax(logits, axis=-1), axis=-1)
-    below = ops.cast(cumulative <= uniform[:, None], "int32")
+    probabilities = ops.softmax(logits, axis=-1)
+    cumulative = ops.cumsum(probabilities, axis=-1)  # (batch, vocabulary)
+    # Scaled by the total, which rounding leaves a little off 1: a draw just
+    # below 1 would otherwise pass the whole sum and pick the last id.
+    threshold = ops.cast(uniform, cumulative.dtype)[:, None] * cumulative[:, -1:]
+    ids = ops.sum(ops.cast(cumulative <= threshold, "int32"), axis=-1)
+    # If rounding still passes the sum, take the last id of nonzero
+    # probability, never an excluded one.
     last = ops.shape(logits)[-1] - 1
-    return ops.minimum(ops.sum(below, axis=-1), last)
+    possible = ops.cast(probabilities > 0, "int32")
+    last_possible = last - ops.cast(
+        ops.argmax(ops.flip(possible, axis=-1), axis=-1), "int32"
+    )
+    return ops.minimum(ids, last_possible)
 
 
 def sample(
@@ -106,7 +122,7 @@ def sample(
         (summed log-probabilities under the unfiltered model).
     """
     check_token_ids(start_id, end_id, model.vocabulary_size)
-    _check_sampling_args(top_k, top_p, temperature)
+    check_sampling_args(top_k, top_p, temperature)
     encoder_tokens, encoder_output, encoder_mask = encode_source(model, encoder_tokens)
     max_length = resolve_max_length(model, encoder_tokens, max_length)
     batch_size = ops.shape(encoder_tokens)[0]

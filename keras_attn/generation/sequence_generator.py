@@ -1,13 +1,46 @@
 """A compiled entry point for the decoding strategies."""
 
+import inspect
+
 import keras
 
-from keras_attn.generation.beam_search import beam_search
+from keras_attn.generation.beam_search import beam_search, check_beam_search_args
+from keras_attn.generation.decoding_loop import check_max_length, check_token_ids
 from keras_attn.generation.greedy_search import greedy_search
-from keras_attn.generation.sampling import sample
+from keras_attn.generation.sampling import check_sampling_args, sample
 from keras_attn.layers.validation import check_choice
 
 STRATEGIES = {"greedy": greedy_search, "beam": beam_search, "sample": sample}
+# Arguments that `SequenceGenerator` passes itself, not through `**options`.
+_FIXED_ARGUMENTS = ("model", "encoder_tokens", "start_id", "end_id")
+
+
+def _check_options(strategy, options):
+    """Raises `ValueError` for an unknown or invalid strategy option.
+
+    Done at construction: inside the compiled `predict` function the same
+    error would come wrapped in a traceback of the call.
+    """
+    parameters = inspect.signature(STRATEGIES[strategy]).parameters
+    accepted = [name for name in parameters if name not in _FIXED_ARGUMENTS]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"Unknown options for strategy={strategy!r}: {', '.join(unknown)}. "
+            f"Expected some of: {', '.join(accepted)}"
+        )
+    arguments = {name: parameters[name].default for name in accepted}
+    arguments.update(options)
+    if arguments["max_length"] is not None:
+        check_max_length(arguments["max_length"])
+    if strategy == "beam":
+        check_beam_search_args(
+            arguments["beam_size"], arguments["length_penalty_alpha"]
+        )
+    elif strategy == "sample":
+        check_sampling_args(
+            arguments["top_k"], arguments["top_p"], arguments["temperature"]
+        )
 
 
 class SequenceGenerator(keras.Model):
@@ -42,6 +75,8 @@ class SequenceGenerator(keras.Model):
         super().__init__(name=f"{strategy}_generator")
         self.model = model
         self.strategy = check_choice(strategy, "strategy", STRATEGIES)
+        check_token_ids(start_id, end_id, model.vocabulary_size)
+        _check_options(strategy, options)
         self.start_id = start_id
         self.end_id = end_id
         if strategy == "sample":

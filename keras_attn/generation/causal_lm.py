@@ -1,0 +1,207 @@
+"""Text generation for `keras_attn.models.TransformerLM`: greedy and sampling."""
+
+import keras
+from keras import ops
+
+from keras_attn.generation.decoding_loop import suppress_ids
+from keras_attn.generation.sampling import (
+    check_sampling_args,
+    filter_logits,
+    sample_from_logits,
+)
+from keras_attn.layers.validation import check_choice
+
+LM_STRATEGIES = ("greedy", "sample")
+
+
+def _check_prompt(model, prompt_tokens, max_length, end_id):
+    prompt_tokens = ops.convert_to_tensor(prompt_tokens, "int32")
+    if len(prompt_tokens.shape) != 2 or prompt_tokens.shape[1] in (None, 0):
+        raise ValueError(
+            "`prompt_tokens` must have shape (batch, prompt_length) with a "
+            f"known prompt_length > 0. Received: prompt_tokens.shape="
+            f"{tuple(prompt_tokens.shape)}"
+        )
+    if (
+        isinstance(max_length, bool)
+        or not isinstance(max_length, int)
+        or max_length < prompt_tokens.shape[1]
+    ):
+        raise ValueError(
+            "`max_length` must be an integer at least the prompt length "
+            f"{prompt_tokens.shape[1]}. Received: max_length={max_length!r}"
+        )
+    if model.position == "learned" and max_length > model.max_sequence_length:
+        raise ValueError(
+            f"`max_length` must be at most max_sequence_length="
+            f"{model.max_sequence_length} with learned positions. "
+            f"Received: max_length={max_length}"
+        )
+    if end_id is not None and (
+        not isinstance(end_id, int) or not 0 <= end_id < model.vocabulary_size
+    ):
+        raise ValueError(
+            f"`end_id` must be None or a token id in [0, {model.vocabulary_size}). "
+            f"Received: end_id={end_id!r}"
+        )
+    return prompt_tokens
+
+
+def _cached_step(model, prompt_tokens, batch_size, max_length):
+    """Prefills the cache with the prompt, returns `(step, cache)`."""
+    cache = model.initial_cache(batch_size, max_length)
+    # One parallel pass writes the keys/values of every prompt position.
+    _, cache = model.decode_step(prompt_tokens, cache, 0)
+
+    def step(tokens, index, cache):
+        current = ops.slice(tokens, (0, index), (batch_size, 1))  # (batch, 1)
+        logits, cache = model.decode_step(current, cache, index)
+        return logits[:, 0, :], cache  # (batch, vocabulary)
+
+    return step, cache
+
+
+def _uncached_step(model, batch_size):
+    """Recomputes the whole sequence every step (the baseline for tests)."""
+
+    def step(tokens, index, state):
+        logits = model(tokens, training=False)  # (batch, max_length, vocabulary)
+        vocabulary_size = ops.shape(logits)[-1]
+        # (batch, 1, vocabulary) -> (batch, vocabulary)
+        logits = ops.slice(logits, (0, index, 0), (batch_size, 1, vocabulary_size))
+        return logits[:, 0, :], state
+
+    return step, ()
+
+
+def generate_lm(
+    model,
+    prompt_tokens,
+    max_length,
+    strategy="greedy",
+    top_k=None,
+    top_p=None,
+    temperature=1.0,
+    seed=None,
+    end_id=None,
+    use_cache=True,
+):
+    """Continues prompts with a causal language model.
+
+    Prompts are right-padded with `model.pad_id` and may have different
+    lengths: each row keeps its own prompt tokens and is continued after
+    its last one. The whole padded prompt block is run through the model
+    once to fill the key/value cache (`decode_step` with
+    `new_length = prompt_length`); then one position per step is decoded,
+    starting at the shortest prompt's last token (for longer prompts those
+    steps only recompute prompt positions and keep the prompt token). The
+    loop is a `keras.ops.while_loop` that stops when every row has produced
+    `end_id` or `max_length` tokens exist.
+
+    With `strategy="sample"` every uniform random number is drawn before
+    the loop from `seed` (one per row and position), so a seed gives the same
+    text with and without the cache.
+
+    Args:
+        model: a `keras_attn.models.TransformerLM`.
+        prompt_tokens: int tensor `(batch, prompt_length)`, each row at
+            least one token, right-padded with `model.pad_id`.
+        max_length: int, the total length (prompt included) of the
+            returned sequences.
+        strategy: `"greedy"` or `"sample"`. Defaults to `"greedy"`.
+        top_k: int, sample among the `k` most likely ids. Defaults to
+            `None` (all). Sampling only.
+        top_p: float in `(0, 1]`, nucleus sampling. Defaults to `None`
+            (all). Sampling only.
+        temperature: float > 0. Defaults to `1.0`. Sampling only.
+        seed: int or `keras.random.SeedGenerator`. Defaults to `None`.
+        end_id: int, the id that ends a sequence. Defaults to `None` (run to
+            `max_length`).
+        use_cache: bool, whether to use the key/value cache. `False`
+            recomputes the whole sequence at every step. Defaults to `True`.
+
+    Returns:
+        A dict with `"tokens"`, int32 `(batch, max_length)` (the prompt,
+        its continuation up to and including `end_id`, then `pad_id`), and
+        `"scores"`, float32 `(batch,)`: the summed log-probabilities of the
+        generated tokens under the unfiltered model.
+
+    Example:
+
+    >>> model = keras_attn.models.TransformerLM.from_preset(
+    ...     "lm_tiny", vocabulary_size=20)
+    >>> out = keras_attn.generation.generate_lm(
+    ...     model, np.array([[2, 7, 9]]), max_length=10, strategy="sample",
+    ...     top_p=0.9, seed=1)
+    >>> tuple(out["tokens"].shape)
+    (1, 10)
+    """
+    check_choice(strategy, "strategy", LM_STRATEGIES)
+    check_sampling_args(top_k, top_p, temperature)
+    prompt_tokens = _check_prompt(model, prompt_tokens, max_length, end_id)
+    pad_id = model.pad_id
+    batch_size = ops.shape(prompt_tokens)[0]
+
+    # (batch, max_length): the prompts, then padding to fill in.
+    tokens = ops.full((batch_size, max_length), pad_id, dtype="int32")
+    tokens = ops.slice_update(tokens, (0, 0), prompt_tokens)
+    in_prompt = ops.not_equal(tokens, pad_id)  # (batch, max_length)
+    prompt_lengths = ops.sum(ops.cast(in_prompt, "int32"), axis=1)  # (batch,)
+    first_index = ops.maximum(ops.min(prompt_lengths) - 1, 0)
+
+    if strategy == "greedy":
+
+        def choose(logits, index):
+            return ops.argmax(logits, axis=-1)
+
+    else:
+        # (max_length, batch): one uniform draw per position and row.
+        uniforms = keras.random.uniform((max_length, batch_size), seed=seed)
+
+        def choose(logits, index):
+            filtered = filter_logits(logits, top_k, top_p, temperature)
+            return sample_from_logits(filtered, ops.take(uniforms, index, axis=0))
+
+    if use_cache:
+        step, state = _cached_step(model, prompt_tokens, batch_size, max_length)
+    else:
+        step, state = _uncached_step(model, batch_size)
+
+    finished = ops.zeros((batch_size,), dtype="bool")
+    scores = ops.zeros((batch_size,), dtype="float32")
+
+    def cond(index, tokens, state, finished, scores):
+        return ops.logical_and(
+            index < max_length - 1, ops.logical_not(ops.all(finished))
+        )
+
+    def body(index, tokens, state, finished, scores):
+        # The logits at `index` score the token at `index + 1`.
+        logits, state = step(tokens, index, state)
+        logits = suppress_ids(ops.cast(logits, "float32"), (pad_id,))
+        chosen = ops.cast(choose(logits, index), "int32")  # (batch,)
+        log_probs = ops.log_softmax(logits, axis=-1)
+        chosen_log_prob = ops.take_along_axis(log_probs, chosen[:, None], axis=-1)
+        # (batch,): the prompt token where there is one, else the choice.
+        next_in_prompt = ops.take(in_prompt, index + 1, axis=1)
+        prompt_next = ops.take(tokens, index + 1, axis=1)
+        generated = ops.logical_and(
+            ops.logical_not(next_in_prompt), ops.logical_not(finished)
+        )
+        scores = scores + ops.where(generated, chosen_log_prob[:, 0], 0.0)
+        next_ids = ops.where(
+            next_in_prompt, prompt_next, ops.where(finished, pad_id, chosen)
+        )
+        tokens = ops.slice_update(tokens, (0, index + 1), next_ids[:, None])
+        if end_id is not None:
+            finished = ops.logical_or(
+                finished, ops.logical_and(generated, ops.equal(chosen, end_id))
+            )
+        return index + 1, tokens, state, finished, scores
+
+    _, tokens, _, _, scores = ops.while_loop(
+        cond,
+        body,
+        (ops.cast(first_index, "int32"), tokens, state, finished, scores),
+    )
+    return {"tokens": tokens, "scores": scores}

@@ -1,0 +1,118 @@
+"""`SequenceGenerator`: compiled decoding equals the eager functions."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attn.generation import (
+    SequenceGenerator,
+    beam_search,
+    greedy_search,
+    sample,
+)
+from keras_attn.models import Transformer
+
+VOCABULARY_SIZE, PAD, START, END = 24, 0, 2, 3
+MAX_LENGTH = 7
+SOURCE = np.array(
+    [[5, 6, 7, 8, 0, 0], [4, 9, 10, 11, 12, 13], [20, 21, 5, 6, 7, 0]], "int32"
+)
+EAGER = {"greedy": greedy_search, "beam": beam_search, "sample": sample}
+OPTIONS = {
+    "greedy": {},
+    "beam": {"beam_size": 3, "length_penalty_alpha": 0.6},
+    "sample": {"top_k": 5, "temperature": 1.5, "seed": 1},
+}
+
+
+def make_model(end_bias=0.0):
+    keras.utils.set_random_seed(0)
+    model = Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=VOCABULARY_SIZE, tie_embeddings=False
+    )
+    kernel, bias = model.get_layer("logits").get_weights()
+    bias[END] = end_bias
+    model.get_layer("logits").set_weights([kernel, bias])
+    return model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return make_model()
+
+
+@pytest.fixture(scope="module")
+def ends_at_once():
+    """A model biased to emit the end id first, in every sentence."""
+    return make_model(end_bias=100.0)
+
+
+def eager(strategy, model, **options):
+    if strategy == "sample":
+        options["seed"] = keras.random.SeedGenerator(options.get("seed"))
+    out = EAGER[strategy](model, SOURCE, START, END, **options)
+    return {name: np.asarray(value) for name, value in out.items()}
+
+
+def assert_same(compiled, expected):
+    assert sorted(compiled) == sorted(expected)
+    np.testing.assert_array_equal(compiled["tokens"], expected["tokens"])
+    np.testing.assert_allclose(compiled["scores"], expected["scores"], atol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_compiled_equals_eager(model, strategy):
+    options = dict(OPTIONS[strategy], max_length=MAX_LENGTH)
+    generator = SequenceGenerator(model, strategy, START, END, **options)
+    assert_same(generator.generate(SOURCE), eager(strategy, model, **options))
+
+
+def test_compiled_sampling_is_reproducible(model):
+    options = dict(OPTIONS["sample"], max_length=MAX_LENGTH, seed=5)
+    generator = SequenceGenerator(model, "sample", START, END, **options)
+    first = generator.generate(SOURCE)
+    second = generator.generate(SOURCE)
+    # The generator's seed state advances between calls...
+    assert np.any(first["tokens"] != second["tokens"])
+    # ...and a generator rebuilt with the same seed starts over.
+    rebuilt = SequenceGenerator(model, "sample", START, END, **options)
+    assert_same(rebuilt.generate(SOURCE), first)
+    # The eager function with the same seed state draws the same numbers.
+    assert_same(first, eager("sample", model, **options))
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+def test_pad_after_end_when_every_sentence_ends_at_once(ends_at_once, strategy):
+    options = dict(OPTIONS[strategy], max_length=MAX_LENGTH)
+    expected = eager(strategy, ends_at_once, **options)
+    np.testing.assert_array_equal(expected["tokens"][:, 0], END)
+    np.testing.assert_array_equal(expected["tokens"][:, 1:], PAD)
+    if strategy == "beam":
+        # Every kept hypothesis has ended, and so has the search.
+        np.testing.assert_array_equal(
+            np.sum(expected["beam_tokens"] == END, axis=-1), 1
+        )
+    generator = SequenceGenerator(ends_at_once, strategy, START, END, **options)
+    assert_same(generator.generate(SOURCE), expected)
+
+
+def test_unknown_strategy_raises(model):
+    with pytest.raises(ValueError, match="strategy='nucleus'"):
+        SequenceGenerator(model, "nucleus")
+
+
+@pytest.mark.parametrize(
+    "strategy, options, match",
+    [
+        ("beam", {"beam_size": 0}, "beam_size=0"),
+        ("beam", {"length_penalty_alpha": -1.0}, "length_penalty_alpha=-1.0"),
+        ("sample", {"top_p": 1.5}, "top_p=1.5"),
+        ("sample", {"temperature": 0}, "temperature=0"),
+        ("greedy", {"start_id": VOCABULARY_SIZE}, f"start_id={VOCABULARY_SIZE}"),
+        ("greedy", {"max_length": -3}, "max_length=-3"),
+        ("greedy", {"beam_size": 4}, "beam_size"),
+    ],
+)
+def test_bad_options_raise_at_construction(model, strategy, options, match):
+    with pytest.raises(ValueError, match=match):
+        SequenceGenerator(model, strategy, **options)
