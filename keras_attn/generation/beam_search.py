@@ -6,6 +6,7 @@ from keras import ops
 from keras_attn.generation.decoding_loop import (
     check_token_ids,
     encode_source,
+    is_integer,
     resolve_max_length,
     suppress_ids,
 )
@@ -20,7 +21,7 @@ def length_penalty(length, alpha):
 
 
 def check_beam_search_args(beam_size, length_penalty_alpha):
-    if not isinstance(beam_size, int) or beam_size <= 0:
+    if not is_integer(beam_size) or beam_size <= 0:
         raise ValueError(
             f"`beam_size` must be a positive integer. Received: beam_size={beam_size!r}"
         )
@@ -104,7 +105,7 @@ def beam_search(
     encoder_tokens, encoder_output, encoder_mask = encode_source(model, encoder_tokens)
     max_length = resolve_max_length(model, encoder_tokens, max_length)
     batch_size = ops.shape(encoder_tokens)[0]
-    beams = beam_size
+    beams = int(beam_size)
     vocabulary_size = model.vocabulary_size
     pad_id = model.pad_id
 

@@ -1,5 +1,7 @@
 """The token-by-token loop shared by greedy search and sampling."""
 
+import numbers
+
 from keras import ops
 
 # Extra target positions beyond the source length (section 6.1 of the paper:
@@ -7,9 +9,14 @@ from keras import ops
 MAX_LENGTH_OFFSET = 50
 
 
+def is_integer(value):
+    """True for Python and NumPy integers (not bools)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def check_token_ids(start_id, end_id, vocabulary_size):
     for name, value in (("start_id", start_id), ("end_id", end_id)):
-        if not isinstance(value, int) or not 0 <= value < vocabulary_size:
+        if not is_integer(value) or not 0 <= value < vocabulary_size:
             raise ValueError(
                 f"`{name}` must be a token id in [0, {vocabulary_size}). "
                 f"Received: {name}={value!r}"
@@ -17,7 +24,7 @@ def check_token_ids(start_id, end_id, vocabulary_size):
 
 
 def check_max_length(max_length):
-    if not isinstance(max_length, int) or max_length <= 0:
+    if not is_integer(max_length) or max_length <= 0:
         raise ValueError(
             f"`max_length` must be a positive integer. Received: max_length={max_length!r}"
         )
@@ -34,6 +41,7 @@ def resolve_max_length(model, encoder_tokens, max_length):
             )
         max_length = source_length + MAX_LENGTH_OFFSET
     check_max_length(max_length)
+    max_length = int(max_length)
     if model.position == "learned":
         max_length = min(max_length, model.max_sequence_length)
     return max_length

@@ -8,6 +8,7 @@ from keras_attn.generation.decoding_loop import (
     decoding_loop,
     decoding_state,
     encode_source,
+    is_integer,
     resolve_max_length,
 )
 
@@ -47,7 +48,7 @@ def filter_logits(logits, top_k=None, top_p=None, temperature=1.0):
 
 
 def check_sampling_args(top_k, top_p, temperature):
-    if top_k is not None and (not isinstance(top_k, int) or top_k <= 0):
+    if top_k is not None and (not is_integer(top_k) or top_k <= 0):
         raise ValueError(
             f"`top_k` must be a positive integer. Received: top_k={top_k!r}"
         )
