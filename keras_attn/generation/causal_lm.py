@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attn.generation.decoding_loop import suppress_ids
+from keras_attn.generation.decoding_loop import is_integer, suppress_ids
 from keras_attn.generation.sampling import (
     check_sampling_args,
     filter_logits,
@@ -22,11 +22,7 @@ def _check_prompt(model, prompt_tokens, max_length, end_id):
             f"known prompt_length > 0. Received: prompt_tokens.shape="
             f"{tuple(prompt_tokens.shape)}"
         )
-    if (
-        isinstance(max_length, bool)
-        or not isinstance(max_length, int)
-        or max_length < prompt_tokens.shape[1]
-    ):
+    if not is_integer(max_length) or max_length < prompt_tokens.shape[1]:
         raise ValueError(
             "`max_length` must be an integer at least the prompt length "
             f"{prompt_tokens.shape[1]}. Received: max_length={max_length!r}"
@@ -38,7 +34,7 @@ def _check_prompt(model, prompt_tokens, max_length, end_id):
             f"Received: max_length={max_length}"
         )
     if end_id is not None and (
-        not isinstance(end_id, int) or not 0 <= end_id < model.vocabulary_size
+        not is_integer(end_id) or not 0 <= end_id < model.vocabulary_size
     ):
         raise ValueError(
             f"`end_id` must be None or a token id in [0, {model.vocabulary_size}). "
@@ -139,6 +135,8 @@ def generate_lm(
     check_choice(strategy, "strategy", LM_STRATEGIES)
     check_sampling_args(top_k, top_p, temperature)
     prompt_tokens = _check_prompt(model, prompt_tokens, max_length, end_id)
+    max_length = int(max_length)
+    end_id = None if end_id is None else int(end_id)
     pad_id = model.pad_id
     batch_size = ops.shape(prompt_tokens)[0]
 

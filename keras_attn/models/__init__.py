@@ -2,5 +2,26 @@
 
 from keras_attn.models.presets import TRANSFORMER_PRESETS
 from keras_attn.models.transformer import Transformer
+from keras_attn.models.transformer_encoder_classifier import (
+    TransformerEncoderClassifier,
+)
+from keras_attn.models.transformer_layout import transformer_layout_map
+from keras_attn.models.transformer_lm import TransformerLM
+from keras_attn.models.vision_transformer import VisionTransformer
+from keras_attn.models.zoo_presets import (
+    ENCODER_CLASSIFIER_PRESETS,
+    LM_PRESETS,
+    VIT_PRESETS,
+)
 
-__all__ = ["TRANSFORMER_PRESETS", "Transformer"]
+__all__ = [
+    "ENCODER_CLASSIFIER_PRESETS",
+    "LM_PRESETS",
+    "TRANSFORMER_PRESETS",
+    "VIT_PRESETS",
+    "Transformer",
+    "TransformerEncoderClassifier",
+    "TransformerLM",
+    "VisionTransformer",
+    "transformer_layout_map",
+]

@@ -1,0 +1,153 @@
+"""Named shapes of the model zoo: encoder-only, decoder-only and ViT.
+
+Plain data, one table per model, in the style of `presets.py`. A preset
+holds the constructor arguments of its model; what comes from the data
+(`vocabulary_size` from the tokenizer, `num_classes` from the labels) is
+left out, except in the published shapes, which fix their vocabulary (and,
+for ViT-B/16, the 1,000 ImageNet classes). `from_preset` takes those as
+arguments that override the preset.
+
+Published parameter counts (checked in `tests/zoo/test_zoo_presets.py`):
+
+| preset | paper | published | ours | why they differ |
+|---|---|---|---|---|
+| `bert_base` | Devlin et al., 2019 | 109,482,240 | 108,890,112 + head | no token-type embeddings (1,536) and no tanh pooler (590,592) |
+| `gpt2_small` | Radford et al., 2019 | 124,439,808 | 124,439,808 | the same shapes |
+| `vit_base_patch16_224` | Dosovitskiy et al., 2021 | 86,567,656 | 86,567,656 | the same shapes |
+"""
+
+from keras_attn.models.presets import get_preset
+
+# `TransformerEncoderClassifier` (BERT-style). Pass `vocabulary_size` and
+# `num_classes` to `from_preset`.
+ENCODER_CLASSIFIER_PRESETS = {
+    # Tests: seconds per fit on a CPU.
+    "encoder_classifier_tiny": dict(
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        dropout=0.0,
+        max_sequence_length=64,
+    ),
+    # The text-classification recipe on 2 CPU cores.
+    "encoder_classifier_small": dict(
+        num_layers=2,
+        hidden_dim=128,
+        num_heads=4,
+        intermediate_dim=512,
+        dropout=0.1,
+        max_sequence_length=256,
+    ),
+    # Devlin et al., 2019, BERT_BASE: L=12, H=768, A=12, 4H feed-forward,
+    # WordPiece vocabulary of 30,522, 512 learned positions, post-norm with a
+    # layer norm on the embeddings, GELU.
+    "bert_base": dict(
+        vocabulary_size=30522,
+        num_layers=12,
+        hidden_dim=768,
+        num_heads=12,
+        intermediate_dim=3072,
+        dropout=0.1,
+        max_sequence_length=512,
+        position="learned",
+        normalize_first=False,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
+        pooling="cls",
+    ),
+}
+
+# `TransformerLM` (GPT-style). Pass `vocabulary_size` to `from_preset`.
+LM_PRESETS = {
+    "lm_tiny": dict(
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        dropout=0.0,
+        max_sequence_length=64,
+    ),
+    # The Multi30k language-model recipe on 2 CPU cores.
+    "lm_small": dict(
+        num_layers=2,
+        hidden_dim=128,
+        num_heads=4,
+        intermediate_dim=512,
+        dropout=0.1,
+        max_sequence_length=64,
+    ),
+    # Radford et al., 2019, the 124M GPT-2: 12 layers, d_model 768, 12 heads,
+    # byte-level BPE vocabulary of 50,257, 1,024 learned positions, pre-norm,
+    # a final layer norm, output projection tied to the token embedding.
+    "gpt2_small": dict(
+        vocabulary_size=50257,
+        num_layers=12,
+        hidden_dim=768,
+        num_heads=12,
+        intermediate_dim=3072,
+        dropout=0.1,
+        max_sequence_length=1024,
+        position="learned",
+        normalize_first=True,
+        tie_embeddings=True,
+        activation="gelu",
+        layer_norm_epsilon=1e-5,
+    ),
+}
+
+# `VisionTransformer`. Pass `num_classes` to `from_preset` (ViT-B/16 has
+# ImageNet's 1,000 unless overridden).
+VIT_PRESETS = {
+    "vit_tiny": dict(
+        image_size=8,
+        patch_size=2,
+        num_channels=1,
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        dropout=0.0,
+    ),
+    # The 8x8 digits recipe on 2 CPU cores: 16 patches of 2x2 pixels.
+    "vit_digits": dict(
+        image_size=8,
+        patch_size=2,
+        num_channels=1,
+        num_layers=4,
+        hidden_dim=64,
+        num_heads=4,
+        intermediate_dim=128,
+        dropout=0.0,
+    ),
+    # Dosovitskiy et al., 2021, ViT-B/16 (Table 1): 12 layers, hidden 768,
+    # MLP 3072, 12 heads, 224x224 RGB images cut into 16x16 patches.
+    "vit_base_patch16_224": dict(
+        num_classes=1000,
+        image_size=224,
+        patch_size=16,
+        num_channels=3,
+        num_layers=12,
+        hidden_dim=768,
+        num_heads=12,
+        intermediate_dim=3072,
+        dropout=0.1,
+    ),
+}
+
+
+def preset_config(presets, preset, required, **given):
+    """The preset's arguments updated with `given`; names what is missing.
+
+    `required` lists arguments that either the preset or the caller must
+    supply (`vocabulary_size`, `num_classes`); the error says which.
+    """
+    config = get_preset(presets, preset)
+    config.update({name: value for name, value in given.items() if value is not None})
+    for name in required:
+        if config.get(name) is None:
+            raise ValueError(
+                f"`{name}` is required: preset {preset!r} does not fix it. "
+                f"Received: {name}=None"
+            )
+    return config

@@ -1,0 +1,180 @@
+"""What the model-zoo recipes share: backend choice, a time budget, plots.
+
+Imported by `classify_text.py`, `language_model_multi30k.py` and
+`vit_digits.py`; nothing here imports Keras at module level, so a recipe can
+choose its backend first.
+"""
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+
+def add_common_arguments(parser, default_output_dir):
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="A tiny model on a slice of the data (seconds; used by the tests).",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("jax", "tensorflow"),
+        default=None,
+        help="Keras backend (default: $KERAS_BACKEND or jax).",
+    )
+    parser.add_argument("--output-dir", type=Path, default=Path(default_output_dir))
+    parser.add_argument("--epochs", type=positive_int, default=None)
+    parser.add_argument(
+        "--time-budget-minutes",
+        type=float,
+        default=None,
+        help="Stop training after this many minutes (checked after each batch).",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--verbose",
+        type=int,
+        choices=(0, 1, 2),
+        default=1,
+        help="Keras progress: 1 a progress bar, 2 one line per epoch, 0 none.",
+    )
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer. Received: {text!r}"
+        )
+    return value
+
+
+def select_backend(backend):
+    """Sets `KERAS_BACKEND` before Keras is imported (no effect after)."""
+    if backend:
+        os.environ["KERAS_BACKEND"] = backend
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+
+    if backend and keras.backend.backend() != backend:
+        raise RuntimeError(
+            f"--backend {backend} was asked for, but Keras was already imported "
+            f"with the {keras.backend.backend()} backend in this process."
+        )
+    return keras.backend.backend()
+
+
+def shuffled_batches(inputs, labels, batch_size, seed, transform=None):
+    """An endless generator of `(inputs, labels)` batches of one shape.
+
+    Every epoch reshuffles and drops the remainder, so over epochs every
+    example is seen, and on JAX the training step compiles once (a smaller
+    last batch would compile a second program). Use with
+    `steps_per_epoch=len(inputs) // batch_size`.
+
+    Args:
+        inputs, labels: NumPy arrays with the examples on axis 0.
+        batch_size: int.
+        seed: int, the shuffling seed.
+        transform: optional `(batch_inputs, rng) -> batch_inputs`
+            (augmentation).
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    while True:
+        order = rng.permutation(len(inputs))
+        for begin in range(0, len(order) - batch_size + 1, batch_size):
+            index = order[begin : begin + batch_size]
+            batch = inputs[index]
+            if transform is not None:
+                batch = transform(batch, rng)
+            yield batch, labels[index]
+
+
+def pad_to_batches(inputs, labels, batch_size, pad_value=0):
+    """Pads examples to a multiple of `batch_size`, weighted 0.
+
+    Returns `(inputs, labels, sample_weight)` for `evaluate` or
+    `validation_data`: every batch has one shape (one compiled step on JAX)
+    and the padding rows count for nothing in the metrics.
+    """
+    import numpy as np
+
+    missing = -len(inputs) % batch_size
+
+    def pad(array):
+        filler = np.full((missing, *array.shape[1:]), pad_value, array.dtype)
+        return np.concatenate([array, filler])
+
+    weights = np.concatenate([np.ones(len(inputs)), np.zeros(missing)])
+    return pad(inputs), pad(labels), weights.astype("float32")
+
+
+def time_budget_callback(minutes):
+    import keras
+
+    class TimeBudget(keras.callbacks.Callback):
+        """Stops training once `minutes` have passed."""
+
+        def __init__(self):
+            super().__init__()
+            self.seconds = None if minutes is None else 60.0 * minutes
+
+        def on_train_begin(self, logs=None):
+            self.start = time.time()
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.seconds is not None and time.time() - self.start > self.seconds:
+                print(f"\nTime budget of {minutes:g} min reached: stopping.")
+                self.model.stop_training = True
+
+    return TimeBudget()
+
+
+def plot_history(history, metrics, path, title):
+    """One panel per metric, training and validation curves per epoch.
+
+    Args:
+        history: `keras.callbacks.History.history`, a dict of lists.
+        metrics: names such as `("loss", "accuracy")`; `val_` curves are
+            drawn where present.
+        path: the PNG to write.
+        title: the figure title.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4))
+    axes = [axes] if len(metrics) == 1 else axes
+    for axis, metric in zip(axes, metrics):
+        for prefix, style in (("", "-o"), ("val_", "--s")):
+            values = history.get(prefix + metric)
+            if values:
+                epochs = range(1, len(values) + 1)
+                axis.plot(epochs, values, style, label=prefix + metric, markersize=3)
+        axis.set_xlabel("epoch")
+        axis.set_title(metric.replace("_", " "))
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def write_summary(output_dir, summary):
+    """Writes `summary.json` and prints it."""
+    path = Path(output_dir) / "summary.json"
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    return path
