@@ -1,0 +1,83 @@
+"""Shared helpers for the benchmarks: backend selection, timing, matmul peak.
+
+Every benchmark measures a peer and keras-attn in one process, interleaved,
+and reports medians over several timed windows: on a shared, noisy machine
+the ratios are the result to read, not the absolute times.
+"""
+
+import os
+import statistics
+import time
+
+
+def select_backend(backend):
+    """Sets `KERAS_BACKEND`; call before the first `import keras`."""
+    os.environ["KERAS_BACKEND"] = backend
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def block(value):
+    """Waits for an asynchronously dispatched (JAX) result."""
+    if hasattr(value, "block_until_ready"):
+        value.block_until_ready()
+    return value
+
+
+def interleaved_medians(functions, windows, steps_per_window):
+    """Times each callable in turn, `windows` times, rotating the order.
+
+    Args:
+        functions: dict name -> callable running one step (and blocking).
+        windows: number of timed windows per callable.
+        steps_per_window: calls per window.
+
+    Returns:
+        dict name -> median seconds per call over the windows.
+    """
+    names = list(functions)
+    samples = {name: [] for name in names}
+    for window in range(windows):
+        shift = window % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            for _ in range(steps_per_window):
+                functions[name]()
+            samples[name].append((time.perf_counter() - start) / steps_per_window)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def matmul_peak_flops(size=1024, repeats=5):
+    """Measured float32 matrix-multiply FLOP/s of this process's backend.
+
+    Times a compiled `keras.ops.matmul` of two `(size, size)` float32
+    matrices (JAX: `jax.jit`; TensorFlow: `tf.function(jit_compile=True)`)
+    and returns the best (not the median) of `repeats` timings: the peak is
+    what the hardware can do when it gets the cores.
+    """
+    import keras
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = keras.ops.convert_to_tensor(rng.standard_normal((size, size), "float32"))
+    b = keras.ops.convert_to_tensor(rng.standard_normal((size, size), "float32"))
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        matmul = jax.jit(keras.ops.matmul)
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        matmul = tf.function(keras.ops.matmul, jit_compile=True)
+    else:
+        matmul = keras.ops.matmul
+    block(matmul(a, b))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = matmul(a, b)
+        if backend == "tensorflow":
+            out.numpy()
+        block(out)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * size**3 / best
