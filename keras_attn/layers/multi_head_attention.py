@@ -114,7 +114,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.seed_generator = keras.random.SeedGenerator(seed=None)
 
     def _projection(self, equation, output_shape, bias_axes, name):
-        return keras.layers.EinsumDense(
+        projection = keras.layers.EinsumDense(
             equation,
             output_shape=output_shape,
             bias_axes=bias_axes if self.use_bias else None,
@@ -123,6 +123,11 @@ class MultiHeadAttention(keras.layers.Layer):
             dtype=self.dtype_policy,
             name=name,
         )
+        # This layer applies the Keras masks of its inputs itself; without
+        # this, every call on mask-carrying inputs (`mask_zero=True`
+        # embeddings) warns that the projection "will destroy the mask".
+        projection.supports_masking = True
+        return projection
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
@@ -252,6 +257,28 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         return (*query_shape[:-1], self.output_dim or query_shape[-1])
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        output = keras.KerasTensor(
+            self.compute_output_shape(query.shape, value.shape),
+            dtype=self.compute_dtype,
+        )
+        if not return_attention_scores:
+            return output
+        # (batch, num_heads, query_length, key_length)
+        scores_shape = (query.shape[0], self.num_heads, query.shape[1], value.shape[1])
+        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()

@@ -64,10 +64,15 @@ class PositionEmbedding(keras.layers.Layer):
     def call(self, inputs, start_index=0):
         shape = ops.shape(inputs)
         length = shape[-2]
-        if isinstance(length, int) and length > self.sequence_length:
+        # Checked when static: out of range, JAX's slice would silently
+        # clamp to the last positions.
+        static_start = start_index if isinstance(start_index, int) else 0
+        if isinstance(length, int) and static_start + length > self.sequence_length:
             raise ValueError(
                 f"PositionEmbedding has {self.sequence_length} positions but "
-                f"received a sequence of length {length}."
+                f"received a sequence of length {length} starting at position "
+                f"{static_start}. Received: start_index={start_index}, "
+                f"inputs.shape={tuple(shape)}"
             )
         # (length, dim)
         embeddings = ops.slice(

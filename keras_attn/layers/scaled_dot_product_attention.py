@@ -35,7 +35,8 @@ def scaled_dot_product_attention(
     The softmax runs in float32 even under a mixed-precision policy.
 
     When neither attention scores nor attention dropout are needed (and
-    `use_fused_attention=True`), the work is handed to
+    `use_fused_attention=True`, and values have the keys' head size), the
+    work is handed to
     `keras.ops.dot_product_attention`, the backend's fused kernel (flash
     attention on GPUs that support it). Otherwise the explicit path below
     computes the same equation and can return the weights.
@@ -76,7 +77,13 @@ def scaled_dot_product_attention(
     """
     scale = 1.0 / math.sqrt(query.shape[-1])
     use_dropout = training and dropout_rate > 0.0
-    if use_fused_attention and not (return_attention_scores or use_dropout):
+    # The fused kernels need `value_dim == key_dim` (jax.nn checks it).
+    same_head_dims = query.shape[-1] == value.shape[-1]
+    if (
+        use_fused_attention
+        and same_head_dims
+        and not (return_attention_scores or use_dropout)
+    ):
         fused_mask = None if mask is None else mask[:, None, :, :]
         # (batch, query_length, num_heads, value_dim)
         attended = ops.dot_product_attention(

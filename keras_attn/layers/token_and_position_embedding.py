@@ -126,6 +126,15 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             tokens = tokens * ops.cast(math.sqrt(self.embedding_dim), tokens.dtype)
         return tokens + self.position_encoding(tokens, start_index=start_index)
 
+    def compute_output_spec(self, inputs, start_index=0, reverse=False):
+        # Declared rather than traced: tracing `call` with an unknown length
+        # fails on JAX for learned positions (a slice of symbolic length).
+        if reverse:
+            shape = (*inputs.shape[:-1], self.vocabulary_size)
+        else:
+            shape = (*inputs.shape, self.embedding_dim)
+        return keras.KerasTensor(shape, dtype=self.compute_dtype)
+
     def compute_mask(self, inputs, mask=None):
         dtype = keras.backend.standardize_dtype(inputs.dtype)
         if self.mask_zero and "int" in dtype:

@@ -306,3 +306,19 @@ class TransformerDecoderBlock(TransformerBlockBase):
 
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return decoder_sequence_shape
+
+    def compute_output_spec(self, decoder_sequence, encoder_sequence=None, **kwargs):
+        self._check_encoder_sequence(encoder_sequence)
+        output = keras.KerasTensor(decoder_sequence.shape, dtype=self.compute_dtype)
+        if not kwargs.get("return_attention_scores", False):
+            return output
+        if encoder_sequence is None:
+            return output, None
+        # (batch, num_heads, target_length, source_length)
+        scores_shape = (
+            decoder_sequence.shape[0],
+            self.num_heads,
+            decoder_sequence.shape[1],
+            encoder_sequence.shape[1],
+        )
+        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)

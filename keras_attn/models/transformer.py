@@ -239,6 +239,11 @@ class Transformer(keras.Model):
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.use_fused_attention = use_fused_attention
+        # The layers' policy (a functional model's own `dtype_policy` is
+        # always the global one, so `get_config` cannot use it).
+        self._layers_dtype_policy = keras.dtype_policies.get(
+            dtype if dtype is not None else keras.config.dtype_policy()
+        )
         self._parts = parts
 
     @property
@@ -325,7 +330,7 @@ class Transformer(keras.Model):
         head_dim = self.hidden_dim // self.num_heads
         slots = ops.zeros(
             (batch_size, max_length, self.num_heads, head_dim),
-            dtype=self.compute_dtype,
+            dtype=self._layers_dtype_policy.compute_dtype,
         )
         return {
             "self_attention": tuple((slots, slots) for _ in self.decoder_blocks),
@@ -388,7 +393,7 @@ class Transformer(keras.Model):
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "use_fused_attention": self.use_fused_attention,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "dtype": keras.dtype_policies.serialize(self._layers_dtype_policy),
         }
 
     @classmethod

@@ -1,0 +1,40 @@
+"""Shared pytest setup: backend default, seeds, dtype policy, import path."""
+
+import os
+import sys
+
+# Must happen before Keras is imported anywhere.
+os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The tests compile hundreds of tiny XLA programs (JAX runs eager ops one
+# compiled program each); LLVM's optimisations cost far more than they save.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(TESTS_DIR)
+# `tests/` has no `__init__.py`: put it on the path so that test files can
+# `from layer_harness import run_layer_test`, and the repository root so that
+# `pytest tests` finds `keras_attn` without an install.
+for path in (TESTS_DIR, REPO_ROOT):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+
+
+def pytest_report_header(config):
+    return f"keras {keras.__version__}, KERAS_BACKEND={keras.backend.backend()}"
+
+
+@pytest.fixture(autouse=True)
+def _fixed_seed():
+    """Every test starts from the same global seed."""
+    keras.utils.set_random_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _float32_policy():
+    """A test that changes the global dtype policy cannot leak it."""
+    yield
+    keras.mixed_precision.set_dtype_policy("float32")
