@@ -35,10 +35,12 @@ def resolve_max_length(model, encoder_tokens, max_length):
     if max_length is None:
         source_length = encoder_tokens.shape[1]
         if source_length is None:
-            raise ValueError(
-                "`max_length` is required when the source length is not "
-                f"static. Received: encoder_tokens.shape={encoder_tokens.shape}"
-            )
+            # Only in a TensorFlow graph whose input shapes were relaxed
+            # (`tf.function` retracing): the bound is a tensor there.
+            max_length = ops.shape(encoder_tokens)[1] + MAX_LENGTH_OFFSET
+            if model.position == "learned":
+                max_length = ops.minimum(max_length, model.max_sequence_length)
+            return max_length
         max_length = source_length + MAX_LENGTH_OFFSET
     check_max_length(max_length)
     max_length = int(max_length)

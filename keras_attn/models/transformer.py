@@ -320,7 +320,11 @@ class Transformer(keras.Model):
         Returns:
             A dict of tensors (a pytree that `keras.ops.while_loop` carries).
         """
-        if self.position == "learned" and max_length > self.max_sequence_length:
+        if (
+            self.position == "learned"
+            and isinstance(max_length, int)
+            and max_length > self.max_sequence_length
+        ):
             raise ValueError(
                 f"`max_length` must be at most max_sequence_length="
                 f"{self.max_sequence_length} with learned positions. "
