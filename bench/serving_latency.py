@@ -1,6 +1,6 @@
 """Latency of the exported translator SavedModel, exported on JAX and on TensorFlow.
 
-    python bench/serving_latency.py                       # trains 3 min first
+    python bench/serving_latency.py                       # trains 12 min first
     python bench/serving_latency.py --run-dir runs/multi30k_quick
 
 One trained model (a recipe run directory: `model.keras`, `tokenizer/`,
@@ -12,7 +12,9 @@ subprocess with its own `KERAS_BACKEND`:
   padded to 16/32/64/128/256 in the graph; on JAX the batch to a power of two);
 - `jax_unbucketed` and `tensorflow_unbucketed`: `export_translator` with
   `source_length_buckets=None, batch_size_buckets=None` (one decoder
-  function over any shape: the "before bucketing" baseline).
+  function over any shape: the "before bucketing" baseline; its outputs are
+  capped at `max_source_length + 50` tokens rather than bucket + 50, which
+  only matters for sentences the model does not end by itself).
 
 Each SavedModel is then measured in a fresh process that imports only
 TensorFlow and tensorflow-text: per-request latency for batches of 1 and 32
@@ -88,7 +90,7 @@ def _timed(function, sentences):
     return time.perf_counter() - start, texts
 
 
-def measure(directory, runs):
+def measure(directory, runs, batch_runs):
     """`_measure`: loads with TensorFlow + tensorflow-text only, times requests."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 (registers the SentencePiece ops)
@@ -103,10 +105,11 @@ def measure(directory, runs):
     lengths = loaded.signatures["tokenize"](sentences=tf.constant(sentences))
     lengths = lengths["lengths"].numpy().tolist()
 
-    # Requests: `runs` single sentences of 11-16 ids (one bucket), and `runs`
-    # batches of 32 consecutive sentences; a warm-up pass, then the timed one.
+    # Requests: `runs` single sentences of 11-16 ids (one bucket), and
+    # `batch_runs` batches of 32 consecutive sentences; a warm-up pass, then
+    # the timed one.
     singles = [[s] for s, n in zip(sentences, lengths) if 11 <= n <= 16][:runs]
-    batches = [sentences[i * 32 : (i + 1) * 32] for i in range(runs)]
+    batches = [sentences[i * 32 : (i + 1) * 32] for i in range(batch_runs)]
     first_pass = {
         "batch_1": [_timed(serve, r)[0] for r in singles],
         "batch_32": [_timed(serve, r)[0] for r in batches],
@@ -145,8 +148,14 @@ def measure(directory, runs):
         "new_length_second_call_ms": ms(new_length_second),
         "new_batch_size_first_call_ms": ms(new_batch),
         "new_batch_size_second_call_ms": ms(again_batch),
-        "runs": runs,
+        "runs": [runs, batch_runs],
         "translations": [t for _, texts in second_pass["batch_1"] for t in texts],
+        "mean_words": round(
+            statistics.mean(
+                len(t.split()) for _, texts in second_pass["batch_32"] for t in texts
+            ),
+            1,
+        ),
     }
 
 
@@ -199,8 +208,9 @@ def main(argv=None):
     )
     parser.add_argument("--run-dir", type=Path, help="A trained recipe run.")
     parser.add_argument("--work-dir", type=Path, default=Path("runs/bench_serving"))
-    parser.add_argument("--train-minutes", type=float, default=3.0)
-    parser.add_argument("--runs", type=int, default=10, help="Requests per case.")
+    parser.add_argument("--train-minutes", type=float, default=12.0)
+    parser.add_argument("--runs", type=int, default=10, help="Batch-1 requests.")
+    parser.add_argument("--batch-runs", type=int, default=3, help="Batch-32 requests.")
     args = parser.parse_args(argv)
     work_dir = args.work_dir.resolve()
     run_dir = (args.run_dir or work_dir / "run").resolve()
@@ -212,7 +222,8 @@ def main(argv=None):
     results = {}
     for name in EXPORTS:
         stdout, _ = _run(
-            [sys.executable, __file__, "_measure", work_dir / name, str(args.runs)]
+            [sys.executable, __file__, "_measure", work_dir / name]
+            + [str(args.runs), str(args.batch_runs)]
         )
         results[name] = json.loads(stdout.strip().splitlines()[-1])
         results[name]["export_s"] = round(export_seconds[name], 1)
@@ -240,6 +251,7 @@ def print_table(results, same):
         ("new_length_second_call_ms", "same, 2nd call ms"),
         ("new_batch_size_first_call_ms", "new batch size, 1st call ms"),
         ("new_batch_size_second_call_ms", "same, 2nd call ms"),
+        ("mean_words", "words per translation"),
     ]
     print("| export | " + " | ".join(title for _, title in columns) + " | same text |")
     print("|---" * (len(columns) + 2) + "|")
@@ -253,6 +265,6 @@ if __name__ == "__main__":
         sys.path.insert(0, str(ROOT))
         export_unbucketed(Path(sys.argv[2]), Path(sys.argv[3]))
     elif len(sys.argv) > 1 and sys.argv[1] == "_measure":
-        print(json.dumps(measure(Path(sys.argv[2]), int(sys.argv[3]))))
+        print(json.dumps(measure(Path(sys.argv[2]), *map(int, sys.argv[3:5]))))
     else:
         main()

@@ -5,13 +5,15 @@
     python recipes/translate_multi30k.py evaluate --output-dir runs/full
     python recipes/translate_multi30k.py translate --output-dir runs/full "A dog runs."
     echo "Two men talk." | python recipes/translate_multi30k.py translate
+    python recipes/translate_multi30k.py export --output-dir runs/full --output runs/full/saved_model
 
 Every subcommand takes `--backend {jax,tensorflow}`. Training writes into
 `--output-dir`: the tokenizer, `model.keras`, a checkpoint per epoch, a
 backup that a restarted `train` resumes from, TensorBoard logs, the history
 and a learning-curve plot. Settings are data (`translation_config.py`);
 `--set key=value` overrides one (values are JSON literals or strings, never
-code).
+code). `--distribute {data,model}` and `--mesh` spread training over devices
+(docs/distribution.md).
 """
 
 import argparse
@@ -43,6 +45,19 @@ def _parse_override(text):
     except json.JSONDecodeError:
         pass  # a plain string
     return key.strip(), value
+
+
+def _parse_mesh(text):
+    try:
+        shape = tuple(int(n) for n in text.split(","))
+    except ValueError:
+        shape = ()
+    if not 1 <= len(shape) <= 2 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(
+            '--mesh expects positive integers "batch" or "batch,model" '
+            f'(e.g. "2,4"). Received: --mesh {text!r}'
+        )
+    return shape
 
 
 def parse_args(argv=None):
@@ -77,6 +92,22 @@ def parse_args(argv=None):
             default=[],
             metavar="KEY=VALUE",
         )
+        sub.add_argument(
+            "--distribute",
+            choices=("none", "data", "model"),
+            default="none",
+            help="Spread training over the devices: data parallel, or (JAX "
+            "only) Megatron-style model parallel too. See docs/distribution.md.",
+        )
+        sub.add_argument(
+            "--mesh",
+            type=_parse_mesh,
+            default=None,
+            metavar="BATCH[,MODEL]",
+            help='Device mesh, e.g. "2,4": 2-way data x 4-way model parallel '
+            "(default: every device on the batch axis for data, on the model "
+            "axis for model).",
+        )
 
     def evaluation(sub):
         sub.add_argument("--split", default="test_2016_flickr")
@@ -94,6 +125,12 @@ def parse_args(argv=None):
     translate.add_argument("--input", type=Path, help="One sentence per line.")
     translate.add_argument("--output", type=Path, help="Write here, not stdout.")
     translate.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
+    export = commands.add_parser(
+        "export", help="Write a SavedModel that translates raw strings."
+    )
+    common(export)
+    export.add_argument("--output", type=Path, required=True, help="SavedModel dir.")
+    export.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
     everything = commands.add_parser("all", help="train, evaluate, translate.")
     common(everything)
     training(everything)
@@ -107,16 +144,23 @@ def main(argv=None):
         os.environ["KERAS_BACKEND"] = args.backend
     os.environ.setdefault("KERAS_BACKEND", "jax")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    config = None
+    if args.command in ("train", "all"):
+        try:
+            config = SETTINGS[args.setting].replace(**dict(args.overrides))
+        except (TypeError, ValueError) as error:
+            sys.exit(f"error: --set: {error}")
     # Imported here so that --backend takes effect before Keras loads.
     import translation_steps as steps
 
-    if args.command in ("train", "all"):
-        config = SETTINGS[args.setting].replace(**dict(args.overrides))
-        steps.train(config, args.output_dir, args.data_dir)
+    if config is not None:
+        steps.train(config, args.output_dir, args.data_dir, args.distribute, args.mesh)
     if args.command in ("evaluate", "all"):
         steps.evaluate(args.output_dir, args.data_dir, args.split, args.strategy)
     if args.command == "all":
         steps.print_translations(args.output_dir, EXAMPLE_SENTENCES, "beam")
+    if args.command == "export":
+        steps.export(args.output_dir, args.output, args.strategy)
     if args.command == "translate":
         sentences = list(args.sentences)
         if args.input:

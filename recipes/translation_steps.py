@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from keras_attn.text import (
     make_translation_dataset,
     padding_statistics,
 )
+from keras_attn.text.pipeline import DEFAULT_BUCKET_LENGTHS
 from keras_attn.training import (
     MaskedAccuracy,
     MaskedSparseCategoricalCrossentropy,
@@ -85,7 +87,39 @@ def build_model(config, vocabulary_size):
     return model
 
 
-def train(config: TranslationConfig, output_dir, data_dir=None):
+def _bucket_batch_sizes(config):
+    """The batch sizes `make_translation_dataset` uses (one per length bucket)."""
+    lengths = [n for n in DEFAULT_BUCKET_LENGTHS if n < config.max_length]
+    return [config.max_tokens_per_batch // n for n in lengths + [config.max_length]]
+
+
+def _check_batches_split_evenly(distribution, config):
+    """Every bucket's batch must split evenly over the data-parallel replicas."""
+    try:
+        distribution.check_batch_size(
+            _bucket_batch_sizes(config),
+            name="max_tokens_per_batch // bucket length",
+        )
+    except ValueError as error:
+        lengths = [n for n in DEFAULT_BUCKET_LENGTHS if n < config.max_length]
+        step = math.lcm(*lengths, config.max_length) * distribution.num_replicas
+        raise ValueError(
+            f"{error}. Use `--set max_tokens_per_batch=N` with N a multiple of {step}."
+        ) from None
+
+
+def train(
+    config: TranslationConfig, output_dir, data_dir=None, distribute="none", mesh=None
+):
+    # First, before anything runs on a device (multi-process set-up needs it).
+    distribution = keras_attn.distribution.configure(distribute, mesh_shape=mesh)
+    if distribution.num_processes > 1:
+        raise ValueError(
+            "This recipe trains in one process (its length-bucketed batches "
+            "cannot be split between processes); see docs/distribution.md. "
+            f"Received: {distribution.num_processes} processes"
+        )
+    _check_batches_split_evenly(distribution, config)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "config.json").write_text(
@@ -112,28 +146,32 @@ def train(config: TranslationConfig, output_dir, data_dir=None):
     train_data = dataset(sources, targets, True)
     stats = padding_statistics(train_data)
     print("Padding share of training batches:", json.dumps(stats))
-    model = build_model(config, tokenizer.vocabulary_size)
-    print(f"Model: {model.count_params():,} parameters.")
-    (output_dir / "checkpoints").mkdir(exist_ok=True)
-    callbacks = [
-        keras.callbacks.BackupAndRestore(
-            str(output_dir / "backup"), delete_checkpoint=False
-        ),
-        keras.callbacks.ModelCheckpoint(
-            str(output_dir / "checkpoints" / "epoch_{epoch:03d}.keras")
-        ),
-        keras.callbacks.CSVLogger(str(output_dir / "history.csv"), append=True),
-        keras.callbacks.TensorBoard(str(output_dir / "logs"), update_freq=50),
-        TimeBudget(config.time_budget_minutes),
-    ]
-    start = time.time()
-    model.fit(
-        train_data,
-        validation_data=dataset(val_sources, val_targets, False),
-        epochs=config.epochs,
-        callbacks=callbacks,
-        verbose=2 if config.preset == "transformer_tiny" else "auto",
-    )
+    print(f"Distribution: {distribution}")
+    # Build, compile and fit in the scope: on JAX it lays out the variables
+    # and shards every batch; on TensorFlow it is the strategy's scope.
+    with distribution.scope():
+        model = build_model(config, tokenizer.vocabulary_size)
+        print(f"Model: {model.count_params():,} parameters.")
+        (output_dir / "checkpoints").mkdir(exist_ok=True)
+        callbacks = [
+            keras.callbacks.BackupAndRestore(
+                str(output_dir / "backup"), delete_checkpoint=False
+            ),
+            keras.callbacks.ModelCheckpoint(
+                str(output_dir / "checkpoints" / "epoch_{epoch:03d}.keras")
+            ),
+            keras.callbacks.CSVLogger(str(output_dir / "history.csv"), append=True),
+            keras.callbacks.TensorBoard(str(output_dir / "logs"), update_freq=50),
+            TimeBudget(config.time_budget_minutes),
+        ]
+        start = time.time()
+        model.fit(
+            train_data,
+            validation_data=dataset(val_sources, val_targets, False),
+            epochs=config.epochs,
+            callbacks=callbacks,
+            verbose=2 if config.preset == "transformer_tiny" else "auto",
+        )
     minutes = (time.time() - start) / 60
     model.save(output_dir / "model.keras")
     plot_learning_curves(output_dir / "history.csv", output_dir / "learning_curves.png")
@@ -230,3 +268,21 @@ def translate(output_dir, sentences, strategy="beam"):
 def print_translations(output_dir, sentences, strategy="beam"):
     for source, target in zip(sentences, translate(output_dir, sentences, strategy)):
         print(f"EN: {source}\nDE: {target}\n")
+
+
+def export(output_dir, export_dir, strategy="beam"):
+    """Writes the trained translator as a text-in, text-out SavedModel."""
+    from keras_attn.export import export_translator
+
+    translator, config = load_translator(output_dir, strategy)
+    start = time.time()
+    export_translator(
+        translator.model,
+        translator.tokenizer,
+        export_dir,
+        strategy=strategy,
+        beam_size=config.beam_size,
+        length_penalty_alpha=config.length_penalty_alpha,
+    )
+    print(f"Exported in {time.time() - start:.0f} s to {export_dir}.")
+    return Path(export_dir)
