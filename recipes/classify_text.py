@@ -32,6 +32,7 @@ from zoo_common import (  # noqa: E402
     add_common_arguments,
     pad_to_batches,
     plot_history,
+    resolve_config,
     select_backend,
     shuffled_batches,
     time_budget_callback,
@@ -159,15 +160,8 @@ def main(argv=None):
     from keras_attn.models import TransformerEncoderClassifier
     from keras_attn.text import SubwordTokenizer
 
-    config = SETTINGS["quick" if args.quick else "default"]
-    overrides = {"seed": args.seed}
-    if args.epochs is not None:
-        overrides["epochs"] = args.epochs
-    if args.time_budget_minutes is not None:
-        overrides["time_budget_minutes"] = args.time_budget_minutes
-    config = dataclasses.replace(config, **overrides)
+    config = resolve_config(SETTINGS, args)
     output_dir = args.output_dir
-    output_dir.mkdir(parents=True, exist_ok=True)
     keras.utils.set_random_seed(config.seed)
 
     texts, labels, class_names = load_bbc_news()

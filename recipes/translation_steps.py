@@ -10,6 +10,7 @@ import keras
 import numpy as np
 from plots import plot_attention, plot_learning_curves
 from translation_config import TranslationConfig
+from zoo_common import time_budget_callback
 
 import keras_attn
 from keras_attn.text import (
@@ -28,23 +29,6 @@ from keras_attn.training import (
     TransformerSchedule,
     paper_adam,
 )
-
-
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training once `minutes` have passed (checked after each batch)."""
-
-    def __init__(self, minutes):
-        super().__init__()
-        self.seconds = None if minutes is None else 60.0 * minutes
-        self.start = None
-
-    def on_train_begin(self, logs=None):
-        self.start = time.time()
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.seconds is not None and time.time() - self.start > self.seconds:
-            print(f"\nTime budget of {self.seconds / 60:.1f} min reached: stopping.")
-            self.model.stop_training = True
 
 
 def _load(data_dir, split, limit=None):
@@ -162,7 +146,7 @@ def train(
             ),
             keras.callbacks.CSVLogger(str(output_dir / "history.csv"), append=True),
             keras.callbacks.TensorBoard(str(output_dir / "logs"), update_freq=50),
-            TimeBudget(config.time_budget_minutes),
+            time_budget_callback(config.time_budget_minutes),
         ]
         start = time.time()
         model.fit(

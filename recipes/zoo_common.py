@@ -117,6 +117,25 @@ def pad_to_batches(inputs, labels, batch_size, pad_value=0):
     return pad(inputs), pad(labels), weights.astype("float32")
 
 
+def resolve_config(settings, args):
+    """The setting chosen by `--quick`, with the command-line overrides.
+
+    Also creates `args.output_dir`.
+    """
+    import dataclasses
+
+    overrides = {"seed": args.seed}
+    if args.epochs is not None:
+        overrides["epochs"] = args.epochs
+    if args.time_budget_minutes is not None:
+        overrides["time_budget_minutes"] = args.time_budget_minutes
+    config = dataclasses.replace(
+        settings["quick" if args.quick else "default"], **overrides
+    )
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    return config
+
+
 def time_budget_callback(minutes):
     import keras
 
