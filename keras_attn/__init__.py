@@ -9,11 +9,12 @@ Sub-packages, each importable on its own:
 - `keras_attn.generation`: greedy, beam search and sampling with a cache.
 - `keras_attn.distribution`: data and model parallel training
   (`keras.distribution` on JAX, `tf.distribute` on TensorFlow).
+- `keras_attn.saving`: `load_model` with errors that name the file.
 - `keras_attn.text`: tokenizers, tf.data pipelines, BLEU (needs
   `keras-attn[text]`).
 """
 
-from keras_attn import distribution, generation, layers, models, training
+from keras_attn import distribution, generation, layers, models, saving, training
 
 __version__ = "0.1.0"
 
@@ -22,6 +23,7 @@ __all__ = [
     "generation",
     "layers",
     "models",
+    "saving",
     "training",
     "__version__",
 ]

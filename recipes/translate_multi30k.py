@@ -154,7 +154,12 @@ def main(argv=None):
     import translation_steps as steps
 
     if config is not None:
-        steps.train(config, args.output_dir, args.data_dir, args.distribute, args.mesh)
+        try:
+            steps.train(
+                config, args.output_dir, args.data_dir, args.distribute, args.mesh
+            )
+        except steps.TrainingDiverged as error:
+            sys.exit(f"error: {error}")
     if args.command in ("evaluate", "all"):
         steps.evaluate(args.output_dir, args.data_dir, args.split, args.strategy)
     if args.command == "all":

@@ -15,6 +15,7 @@ from zoo_common import time_budget_callback
 import keras_attn
 from keras_attn.text import (
     MULTI30K_DIR,
+    EpochSeededShuffle,
     SubwordTokenizer,
     Translator,
     corpus_bleu,
@@ -24,6 +25,7 @@ from keras_attn.text import (
 )
 from keras_attn.text.pipeline import DEFAULT_BUCKET_LENGTHS
 from keras_attn.training import (
+    AtomicBackupAndRestore,
     MaskedAccuracy,
     MaskedSparseCategoricalCrossentropy,
     TransformerSchedule,
@@ -92,6 +94,10 @@ def _check_batches_split_evenly(distribution, config):
         ) from None
 
 
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the last good backup is kept."""
+
+
 def train(
     config: TranslationConfig, output_dir, data_dir=None, distribute="none", mesh=None
 ):
@@ -115,6 +121,10 @@ def train(
     print(f"Backend {keras.backend.backend()}; {len(sources)} training pairs.")
     tokenizer = _tokenizer(config, output_dir, sources, targets)
 
+    # Each epoch's batch order is a function of (seed, epoch), so a resumed
+    # run trains on the batches an uninterrupted one would have.
+    epoch_shuffle = EpochSeededShuffle()
+
     def dataset(src, tgt, shuffle):
         return make_translation_dataset(
             src,
@@ -125,6 +135,7 @@ def train(
             shuffle=shuffle,
             seed=config.seed,
             pad_remainder=True,
+            shuffle_epoch=epoch_shuffle if shuffle else None,
         )
 
     train_data = dataset(sources, targets, True)
@@ -137,25 +148,43 @@ def train(
         model = build_model(config, tokenizer.vocabulary_size)
         print(f"Model: {model.count_params():,} parameters.")
         (output_dir / "checkpoints").mkdir(exist_ok=True)
+        backup = AtomicBackupAndRestore(output_dir / "backup", delete_checkpoint=False)
+        if backup.completed_epochs():
+            print(
+                f"Resuming after epoch {backup.completed_epochs()} from "
+                f"{output_dir / 'backup'}."
+            )
         callbacks = [
-            keras.callbacks.BackupAndRestore(
-                str(output_dir / "backup"), delete_checkpoint=False
-            ),
+            epoch_shuffle,
+            backup,
             keras.callbacks.ModelCheckpoint(
                 str(output_dir / "checkpoints" / "epoch_{epoch:03d}.keras")
             ),
             keras.callbacks.CSVLogger(str(output_dir / "history.csv"), append=True),
             keras.callbacks.TensorBoard(str(output_dir / "logs"), update_freq=50),
+            # Raising (not just stopping) skips the end-of-epoch saves, so the
+            # backup and checkpoints keep the last finite weights.
+            keras.callbacks.TerminateOnNaN(raise_error=True),
             time_budget_callback(config.time_budget_minutes),
         ]
         start = time.time()
-        model.fit(
-            train_data,
-            validation_data=dataset(val_sources, val_targets, False),
-            epochs=config.epochs,
-            callbacks=callbacks,
-            verbose=2 if config.preset == "transformer_tiny" else "auto",
-        )
+        try:
+            model.fit(
+                train_data,
+                validation_data=dataset(val_sources, val_targets, False),
+                epochs=config.epochs,
+                callbacks=callbacks,
+                verbose=2 if config.preset == "transformer_tiny" else "auto",
+            )
+        except RuntimeError as error:
+            if "NaN or Inf loss" not in str(error):
+                raise
+            raise TrainingDiverged(
+                f"Training stopped: {error} The last good state (after epoch "
+                f"{backup.completed_epochs()}) is kept in {output_dir / 'backup'} "
+                "and the checkpoints; lower the learning rate (--set "
+                "learning_rate_scale=...) and run `train` again to resume."
+            ) from error
     minutes = (time.time() - start) / 60
     model.save(output_dir / "model.keras")
     plot_learning_curves(output_dir / "history.csv", output_dir / "learning_curves.png")
@@ -176,7 +205,7 @@ def load_translator(output_dir, strategy="beam"):
             f"No trained model at {model_path}: run the `train` subcommand first."
         )
     config = TranslationConfig(**json.loads((output_dir / "config.json").read_text()))
-    model = keras.saving.load_model(model_path)
+    model = keras_attn.saving.load_model(model_path)
     tokenizer = SubwordTokenizer.load(output_dir / "tokenizer")
     options = {}
     if strategy == "beam":

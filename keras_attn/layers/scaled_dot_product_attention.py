@@ -15,6 +15,20 @@ def _row_has_any_key(mask):
     return ops.any(mask, axis=-1)[:, :, None, None]
 
 
+def _fused_kernel_handles(dtype):
+    """Whether `ops.dot_product_attention` can run (and differentiate) `dtype`.
+
+    XLA:CPU rejects the float16 dot products of JAX's fused attention with a
+    float32 accumulator (`F16_F16_F32`) when compiling its gradient, so
+    float16 on a JAX CPU takes the explicit path.
+    """
+    if keras.backend.backend() != "jax":
+        return True
+    if keras.backend.standardize_dtype(dtype) != "float16":
+        return True
+    return not keras.distribution.list_devices()[0].lower().startswith("cpu")
+
+
 def scaled_dot_product_attention(
     query,
     key,
@@ -83,6 +97,7 @@ def scaled_dot_product_attention(
         use_fused_attention
         and same_head_dims
         and not (return_attention_scores or use_dropout)
+        and _fused_kernel_handles(query.dtype)
     ):
         fused_mask = None if mask is None else mask[:, None, :, :]
         # (batch, query_length, num_heads, value_dim)

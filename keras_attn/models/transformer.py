@@ -8,6 +8,7 @@ from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.models.presets import TRANSFORMER_PRESETS, get_preset
+from keras_attn.models.token_inputs import check_same_batch_size, check_token_ids
 
 
 def _embed(embedding, dropout, tokens, training=None, start_index=0):
@@ -245,6 +246,17 @@ class Transformer(keras.Model):
             dtype if dtype is not None else keras.config.dtype_policy()
         )
         self._parts = parts
+
+    def call(self, inputs, training=None, mask=None):
+        # Anything but the dict of `model.inputs` gets Keras's structure error.
+        names = [tensor.name for tensor in self.inputs]
+        named = {}
+        if isinstance(inputs, dict):
+            named = {name: inputs[name] for name in names if name in inputs}
+        for name, tokens in named.items():
+            check_token_ids(tokens, name, self.vocabulary_size)
+        check_same_batch_size(named)
+        return super().call(inputs, training=training, mask=mask)
 
     @property
     def encoder_blocks(self):

@@ -11,6 +11,7 @@ from keras_attn.layers.validation import (
     check_dropout_rate,
     check_positive_int,
 )
+from keras_attn.models.token_inputs import check_token_ids
 from keras_attn.models.zoo_presets import ENCODER_CLASSIFIER_PRESETS, preset_config
 
 POOLINGS = ("cls", "mean")
@@ -245,6 +246,10 @@ class TransformerEncoderClassifier(keras.Model):
         )
         config.update(overrides)
         return cls(**config)
+
+    def call(self, inputs, training=None, mask=None):
+        check_token_ids(inputs, "token_ids", self.vocabulary_size)
+        return super().call(inputs, training=training, mask=mask)
 
     @property
     def encoder(self):

@@ -10,6 +10,7 @@ from keras_attn.layers.validation import (
     check_dropout_rate,
     check_positive_int,
 )
+from keras_attn.models.token_inputs import check_token_ids
 from keras_attn.models.transformer_encoder_classifier import check_pad_id
 from keras_attn.models.zoo_presets import LM_PRESETS, preset_config
 
@@ -210,6 +211,10 @@ class TransformerLM(keras.Model):
         )
         config.update(overrides)
         return cls(**config)
+
+    def call(self, inputs, training=None, mask=None):
+        check_token_ids(inputs, "token_ids", self.vocabulary_size)
+        return super().call(inputs, training=training, mask=mask)
 
     @property
     def blocks(self):

@@ -6,6 +6,7 @@ This subpackage needs TensorFlow, tensorflow-text, sentencepiece and sacrebleu
 """
 
 from keras_attn.text.bleu import BleuReport, corpus_bleu
+from keras_attn.text.epoch_seeded_shuffle import EpochSeededShuffle
 from keras_attn.text.parallel_corpus import (
     MULTI30K_DIR,
     load_multi30k,
@@ -23,6 +24,7 @@ from keras_attn.text.translator import Translator
 __all__ = [
     "MULTI30K_DIR",
     "BleuReport",
+    "EpochSeededShuffle",
     "SubwordTokenizer",
     "Translator",
     "corpus_bleu",

@@ -80,7 +80,29 @@ def _encode_pairs(sources, targets, tokenizer, max_length):
     return source_ids[:, :keep], target_ids[:, :keep]
 
 
-def _example_dataset(source_ids, target_ids, tokenizer, shuffle, seed, repeat):
+def _pair_order(num_pairs, shuffle, seed, repeat, epoch):
+    """Pair indices in the order one pass visits them (or endless passes).
+
+    With `epoch` (a scalar int64 tensor) the order is a pure function of
+    `(seed, epoch)`; otherwise tf.data reshuffles on every pass.
+    """
+    if epoch is not None:
+        indices = tf.random.experimental.stateless_shuffle(
+            tf.range(num_pairs, dtype=tf.int64),
+            seed=tf.stack([tf.constant(seed, tf.int64), epoch]),
+        )
+        return tf.data.Dataset.from_tensor_slices(indices)
+    dataset = tf.data.Dataset.range(num_pairs)
+    if shuffle:
+        dataset = dataset.shuffle(num_pairs, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    return dataset
+
+
+def _example_dataset(
+    source_ids, target_ids, tokenizer, shuffle, seed, repeat, epoch=None
+):
     """A dataset of unbatched `(encoder_tokens, decoder_tokens, labels)` triples."""
     num_pairs = int(source_ids.nrows())
     start = tf.fill([num_pairs, 1], tf.constant(tokenizer.start_id, tf.int32))
@@ -91,11 +113,7 @@ def _example_dataset(source_ids, target_ids, tokenizer, shuffle, seed, repeat):
 
     # Shuffling indices (not token tensors) keeps a full-corpus buffer cheap;
     # gathering rows in chunks of indices is faster than pair by pair.
-    dataset = tf.data.Dataset.range(num_pairs)
-    if shuffle:
-        dataset = dataset.shuffle(num_pairs, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
+    dataset = _pair_order(num_pairs, shuffle, seed, repeat, epoch)
     dataset = dataset.batch(_GATHER_CHUNK).map(
         lambda indices: tuple(
             tf.gather(ids, indices) for ids in (encoder_tokens, decoder_tokens, labels)
@@ -109,8 +127,26 @@ def _example_dataset(source_ids, target_ids, tokenizer, shuffle, seed, repeat):
     )
 
 
-def _finish(dataset, tokenizer, full_batch_size, pad_remainder, shuffle, seed):
-    """Pads short batches if asked, shuffles batches, names inputs, prefetches."""
+def _bucketed_batch_count(source_ids, target_ids, lengths, max_tokens_per_batch):
+    """Batches in one pass of `bucket_by_sequence_length` (remainders included).
+
+    The count does not depend on the order, so it is known before iterating:
+    Keras then shows progress bars with a total and an ETA.
+    """
+    pair_lengths = np.maximum(
+        source_ids.row_lengths().numpy(), target_ids.row_lengths().numpy()
+    )
+    # + 1 for the start/end id; bucket = the first length that holds the pair.
+    buckets = np.searchsorted(np.asarray(lengths), pair_lengths + 1)
+    pairs_per_bucket = np.bincount(buckets, minlength=len(lengths))
+    batch_sizes = np.asarray([max_tokens_per_batch // n for n in lengths])
+    return int(np.sum(-(-pairs_per_bucket // batch_sizes)))
+
+
+def _pad_and_shuffle_batches(
+    dataset, tokenizer, full_batch_size, pad_remainder, shuffle, seed, epoch=None
+):
+    """Pads short batches if asked, then shuffles the batches."""
     pad_id = tokenizer.pad_id
 
     def pad_batch(encoder_tokens, decoder_tokens, labels):
@@ -125,9 +161,19 @@ def _finish(dataset, tokenizer, full_batch_size, pad_remainder, shuffle, seed):
 
     if pad_remainder:
         dataset = dataset.map(pad_batch, num_parallel_calls=tf.data.AUTOTUNE)
-    if shuffle:
+    if shuffle and epoch is not None:
+        # The same buffer permutation on every pass; the batches that enter
+        # it already come in an order keyed by (seed, epoch).
+        dataset = dataset.shuffle(
+            _BATCH_SHUFFLE_BUFFER, seed=seed + 1, reshuffle_each_iteration=False
+        )
+    elif shuffle:
         batch_seed = None if seed is None else seed + 1
         dataset = dataset.shuffle(_BATCH_SHUFFLE_BUFFER, seed=batch_seed)
+    return dataset
+
+
+def _name_inputs_and_prefetch(dataset):
     dataset = dataset.map(
         lambda encoder_tokens, decoder_tokens, labels: (
             {"encoder_tokens": encoder_tokens, "decoder_tokens": decoder_tokens},
@@ -148,6 +194,7 @@ def make_translation_dataset(
     seed=0,
     repeat=False,
     pad_remainder=False,
+    shuffle_epoch=None,
 ):
     """Builds a token-budget, length-bucketed dataset of sentence pairs.
 
@@ -183,6 +230,13 @@ def make_translation_dataset(
             bucket with all-padding rows, so that there is exactly one batch
             shape per bucket (with `repeat=True` this holds anyway). Only for
             losses that ignore padding labels. Defaults to `False`.
+        shuffle_epoch: a `keras_attn.text.EpochSeededShuffle` callback (also
+            given to `fit`), or `None`. With it, each pass's order is a pure
+            function of `seed` and the epoch the callback reports, so a run
+            resumed at epoch `k` (by `BackupAndRestore`) sees the order an
+            uninterrupted run saw at epoch `k`. Needs `shuffle=True`, an
+            integer `seed` and `repeat=False`. Defaults to `None`: tf.data
+            reshuffles on every pass.
 
     Returns:
         A `tf.data.Dataset` of `({"encoder_tokens": int32 (B, L),
@@ -236,29 +290,56 @@ def make_translation_dataset(
             f"max_tokens_per_batch={max_tokens_per_batch}"
         )
 
+    if shuffle_epoch is not None and (not shuffle or seed is None or repeat):
+        raise ValueError(
+            "`shuffle_epoch` needs `shuffle=True`, an integer `seed` and "
+            f"`repeat=False`. Received: shuffle={shuffle}, seed={seed}, "
+            f"repeat={repeat}"
+        )
     source_ids, target_ids = _encode_pairs(sources, targets, tokenizer, max_length)
-    dataset = _example_dataset(source_ids, target_ids, tokenizer, shuffle, seed, repeat)
-    # tf.data's bucket `i` holds lengths in [boundary[i-1], boundary[i]) and
-    # pads to boundary[i] - 1, so boundary = L + 1 pads to L. The extra last
-    # bucket (length > lengths[-1]) never receives a pair after truncation.
-    dataset = dataset.bucket_by_sequence_length(
-        element_length_func=lambda encoder_tokens, decoder_tokens, labels: tf.maximum(
-            tf.shape(encoder_tokens)[0], tf.shape(labels)[0]
-        ),
-        bucket_boundaries=[n + 1 for n in lengths],
-        bucket_batch_sizes=[max_tokens_per_batch // n for n in lengths] + [1],
-        padded_shapes=([None], [None], [None]),
-        padding_values=(tf.constant(tokenizer.pad_id, tf.int32),) * 3,
-        pad_to_bucket_boundary=True,
-    )
-    return _finish(
-        dataset,
-        tokenizer,
-        lambda length: max_tokens_per_batch // length,
-        pad_remainder,
-        shuffle,
-        seed,
-    )
+
+    def batches(epoch=None):
+        dataset = _example_dataset(
+            source_ids, target_ids, tokenizer, shuffle, seed, repeat, epoch
+        )
+        # tf.data's bucket `i` holds lengths in [boundary[i-1], boundary[i])
+        # and pads to boundary[i] - 1, so boundary = L + 1 pads to L. The
+        # extra last bucket (length > lengths[-1]) never receives a pair after
+        # truncation.
+        dataset = dataset.bucket_by_sequence_length(
+            element_length_func=lambda encoder, decoder, labels: tf.maximum(
+                tf.shape(encoder)[0], tf.shape(labels)[0]
+            ),
+            bucket_boundaries=[n + 1 for n in lengths],
+            bucket_batch_sizes=[max_tokens_per_batch // n for n in lengths] + [1],
+            padded_shapes=([None], [None], [None]),
+            padding_values=(tf.constant(tokenizer.pad_id, tf.int32),) * 3,
+            pad_to_bucket_boundary=True,
+        )
+        return _pad_and_shuffle_batches(
+            dataset,
+            tokenizer,
+            lambda length: max_tokens_per_batch // length,
+            pad_remainder,
+            shuffle,
+            seed,
+            epoch,
+        )
+
+    if shuffle_epoch is None:
+        dataset = batches()
+    else:
+        # The one-element outer dataset re-runs `batches` on every pass,
+        # reading the epoch variable afresh each time.
+        dataset = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).flat_map(
+            lambda _: batches(shuffle_epoch.epoch.read_value())
+        )
+    if not repeat:
+        num_batches = _bucketed_batch_count(
+            source_ids, target_ids, lengths, max_tokens_per_batch
+        )
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
+    return _name_inputs_and_prefetch(dataset)
 
 
 def make_padded_dataset(
@@ -325,9 +406,10 @@ def make_padded_dataset(
         padded_shapes=([sequence_length],) * 3,
         padding_values=(tf.constant(tokenizer.pad_id, tf.int32),) * 3,
     )
-    return _finish(
+    dataset = _pad_and_shuffle_batches(
         dataset, tokenizer, lambda length: batch_size, pad_remainder, shuffle, seed
     )
+    return _name_inputs_and_prefetch(dataset)
 
 
 def padding_statistics(dataset, max_batches=None, pad_id=0):

@@ -5,14 +5,17 @@
 - `MaskedSparseCategoricalCrossentropy`: label-smoothed token loss that
   skips padding.
 - `MaskedAccuracy`: token accuracy that skips padding.
+- `AtomicBackupAndRestore`: resumable training whose backups survive kills.
 """
 
+from keras_attn.training.backup import AtomicBackupAndRestore
 from keras_attn.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_attn.training.metrics import MaskedAccuracy
 from keras_attn.training.optimizers import paper_adam
 from keras_attn.training.schedules import TransformerSchedule
 
 __all__ = [
+    "AtomicBackupAndRestore",
     "MaskedAccuracy",
     "MaskedSparseCategoricalCrossentropy",
     "TransformerSchedule",

@@ -35,6 +35,7 @@ API_DIR = DOCS_DIR / "api"
 BACKEND = keras.backend.backend()
 
 DOCTEST_PACKAGES = (
+    "keras_attn",
     "keras_attn.layers",
     "keras_attn.models",
     "keras_attn.training",

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_attn.text import (
+    EpochSeededShuffle,
     SubwordTokenizer,
     load_multi30k,
     make_padded_dataset,
@@ -123,6 +124,46 @@ def test_seed_makes_order_reproducible(corpus, tokenizer):
     first = order(7)
     assert first == order(7)
     assert first != order(8)
+
+
+def test_cardinality_is_the_number_of_batches(two_epochs):
+    dataset, first, _ = two_epochs
+    assert int(dataset.cardinality()) == len(first)
+
+
+def test_epoch_seeded_order_depends_on_seed_and_epoch_only(corpus, tokenizer):
+    def dataset(callback):
+        return make_translation_dataset(
+            *corpus,
+            tokenizer,
+            max_tokens_per_batch=BUDGET,
+            seed=5,
+            pad_remainder=True,
+            shuffle_epoch=callback,
+        )
+
+    def labels_of(data):
+        return [labels.tolist() for _, _, labels in _batches(data)]
+
+    callback = EpochSeededShuffle()
+    running = dataset(callback)
+    epochs = []
+    for epoch in range(3):
+        callback.on_epoch_begin(epoch)
+        epochs.append(labels_of(running))
+    assert epochs[0] != epochs[1] != epochs[2]
+    assert int(running.cardinality()) == len(epochs[0]) == len(epochs[1])
+    # A new process resumed at epoch 2: a new dataset and a new callback.
+    resumed = EpochSeededShuffle()
+    resumed.on_epoch_begin(2)
+    assert labels_of(dataset(resumed)) == epochs[2]
+
+
+def test_epoch_seeded_shuffle_needs_a_seeded_shuffled_pass(corpus, tokenizer):
+    with pytest.raises(ValueError, match="seed=None"):
+        make_translation_dataset(
+            *corpus, tokenizer, seed=None, shuffle_epoch=EpochSeededShuffle()
+        )
 
 
 def test_long_pairs_are_truncated_with_one_warning(corpus, tokenizer):

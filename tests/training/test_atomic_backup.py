@@ -1,0 +1,115 @@
+"""AtomicBackupAndRestore: resumes exactly, survives partial writes, names files."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attn.training import AtomicBackupAndRestore
+
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(64, 8)).astype("float32")
+Y = RNG.normal(size=(64, 1)).astype("float32")
+
+
+def make_model():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((8,)),
+            keras.layers.Dense(16, activation="relu"),
+            keras.layers.Dropout(0.3, seed=1),  # Random state to restore.
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    return model
+
+
+def fit(model, epochs, callbacks):
+    return model.fit(
+        X,
+        Y,
+        batch_size=16,
+        epochs=epochs,
+        shuffle=False,
+        callbacks=callbacks,
+        verbose=0,
+    )
+
+
+class StopAfterEpoch(keras.callbacks.Callback):
+    """Simulates a crash: raises once `epoch` has ended (after the backup)."""
+
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.epoch:
+            raise KeyboardInterrupt
+
+
+def test_resumed_training_equals_uninterrupted_training(tmp_path):
+    uninterrupted = make_model()
+    fit(uninterrupted, 4, [])
+
+    interrupted = make_model()
+    backup = AtomicBackupAndRestore(tmp_path / "backup")
+    with pytest.raises(KeyboardInterrupt):
+        fit(interrupted, 4, [backup, StopAfterEpoch(1)])
+    assert backup.completed_epochs() == 2
+
+    resumed = make_model()  # A fresh process would build a fresh model.
+    history = fit(resumed, 4, [AtomicBackupAndRestore(tmp_path / "backup")])
+    assert history.epoch == [2, 3]
+    for expected, actual in zip(
+        uninterrupted.get_weights(), resumed.get_weights(), strict=True
+    ):
+        np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
+    assert not (tmp_path / "backup").exists()  # Deleted after a normal end.
+
+
+def test_partial_write_is_ignored_and_old_files_are_removed(tmp_path):
+    directory = tmp_path / "backup"
+    with pytest.raises(KeyboardInterrupt):
+        fit(make_model(), 4, [AtomicBackupAndRestore(directory), StopAfterEpoch(1)])
+    # A process killed while writing epoch 3's weights leaves this behind.
+    (directory / ".partial.epoch_00003.weights.h5").write_bytes(b"\x89HDF")
+    assert sorted(p.name for p in directory.iterdir()) == [
+        ".partial.epoch_00003.weights.h5",
+        "epoch_00002.weights.h5",
+        "training_metadata.json",
+    ]
+    history = fit(make_model(), 3, [AtomicBackupAndRestore(directory)])
+    assert history.epoch == [2]
+
+
+def test_corrupt_backup_names_the_file(tmp_path):
+    directory = tmp_path / "backup"
+    with pytest.raises(KeyboardInterrupt):
+        fit(make_model(), 3, [AtomicBackupAndRestore(directory), StopAfterEpoch(0)])
+    weights = directory / "epoch_00001.weights.h5"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ValueError, match=f"{weights} cannot be loaded"):
+        fit(make_model(), 3, [AtomicBackupAndRestore(directory)])
+
+    (directory / "training_metadata.json").write_text("{not json")
+    with pytest.raises(ValueError, match="training_metadata.json is not valid"):
+        fit(make_model(), 3, [AtomicBackupAndRestore(directory)])
+
+
+def test_non_finite_epoch_is_not_backed_up(tmp_path):
+    directory = tmp_path / "backup"
+    callback = AtomicBackupAndRestore(directory)
+    callback.set_model(make_model())
+    callback.on_epoch_end(0, {"loss": 1.0})
+    callback.on_epoch_end(1, {"loss": float("nan")})
+    metadata = json.loads((directory / "training_metadata.json").read_text())
+    assert metadata["epoch"] == 1 and metadata["weights"] == "epoch_00001.weights.h5"
+
+
+def test_invalid_directory_is_named():
+    with pytest.raises(ValueError, match="backup_dir=''"):
+        AtomicBackupAndRestore("")
