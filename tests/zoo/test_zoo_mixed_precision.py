@@ -73,3 +73,28 @@ def test_mixed_precision_is_finite_close_to_float32_and_trains(name, policy):
     logs = model.train_on_batch(inputs, labels, return_dict=True)
     assert np.isfinite(logs["loss"])
     assert all(np.isfinite(to_numpy(w)).all() for w in model.trainable_weights)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("length", [1, 256])
+def test_very_short_and_very_long_sequences_train_finitely(policy, length):
+    """One token, or 256 (4x the tiny preset's learned-position table, so
+    sinusoidal positions), half of the batch padding: finite loss and weights."""
+    keras.utils.set_random_seed(0)
+    model = models.Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=16, position="sinusoidal", dtype=policy
+    )
+    rng = np.random.default_rng(length)
+    tokens = rng.integers(1, 16, size=(2, length)).astype("int32")
+    tokens[1, max(1, length // 2) :] = 0
+    if length == 1:
+        tokens[1] = 0  # A row that is all padding.
+    inputs = {"encoder_tokens": tokens, "decoder_tokens": tokens}
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=training.MaskedSparseCategoricalCrossentropy(label_smoothing=0.1),
+    )
+    logs = model.train_on_batch(inputs, np.roll(tokens, -1, axis=1), return_dict=True)
+    assert np.isfinite(logs["loss"])
+    assert np.isfinite(to_numpy(model(inputs))).all()
+    assert all(np.isfinite(to_numpy(w)).all() for w in model.trainable_weights)
