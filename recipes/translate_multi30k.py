@@ -47,6 +47,18 @@ def _parse_override(text):
     return key.strip(), value
 
 
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer. Received: {text!r}"
+        )
+    return value
+
+
 def _parse_mesh(text):
     try:
         shape = tuple(int(n) for n in text.split(","))
@@ -112,6 +124,14 @@ def parse_args(argv=None):
     def evaluation(sub):
         sub.add_argument("--split", default="test_2016_flickr")
         sub.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
+        sub.add_argument(
+            "--average-last",
+            type=_positive_int,
+            default=1,
+            metavar="N",
+            help="Evaluate the mean weights of the last N epoch checkpoints "
+            "(the paper averages the last 5 or 20). Default: 1, the final model.",
+        )
 
     train = commands.add_parser("train", help="Train (resumes if restarted).")
     common(train)
@@ -161,7 +181,13 @@ def main(argv=None):
         except steps.TrainingDiverged as error:
             sys.exit(f"error: {error}")
     if args.command in ("evaluate", "all"):
-        steps.evaluate(args.output_dir, args.data_dir, args.split, args.strategy)
+        steps.evaluate(
+            args.output_dir,
+            args.data_dir,
+            args.split,
+            args.strategy,
+            args.average_last,
+        )
     if args.command == "all":
         steps.print_translations(args.output_dir, EXAMPLE_SENTENCES, "beam")
     if args.command == "export":

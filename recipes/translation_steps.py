@@ -197,7 +197,16 @@ def train(
     return model
 
 
-def load_translator(output_dir, strategy="beam"):
+def average_checkpoints(model, checkpoint_paths):
+    """Sets `model`'s weights to the mean of the checkpoints' (paper, 6.1)."""
+    checkpoints = [
+        keras_attn.saving.load_model(path, compile=False).get_weights()
+        for path in checkpoint_paths
+    ]
+    model.set_weights([np.mean(weights, axis=0) for weights in zip(*checkpoints)])
+
+
+def load_translator(output_dir, strategy="beam", average_last=1):
     output_dir = Path(output_dir)
     model_path = output_dir / "model.keras"
     if not model_path.exists():
@@ -206,6 +215,16 @@ def load_translator(output_dir, strategy="beam"):
         )
     config = TranslationConfig(**json.loads((output_dir / "config.json").read_text()))
     model = keras_attn.saving.load_model(model_path)
+    if average_last > 1:
+        paths = sorted((output_dir / "checkpoints").glob("epoch_*.keras"))
+        if len(paths) < average_last:
+            raise ValueError(
+                f"`average_last` asks for {average_last} checkpoints, but "
+                f"{output_dir / 'checkpoints'} holds {len(paths)}. Received: "
+                f"average_last={average_last}"
+            )
+        print(f"Averaging the weights of {[p.name for p in paths[-average_last:]]}.")
+        average_checkpoints(model, paths[-average_last:])
     tokenizer = SubwordTokenizer.load(output_dir / "tokenizer")
     options = {}
     if strategy == "beam":
@@ -215,9 +234,11 @@ def load_translator(output_dir, strategy="beam"):
     return Translator(model, tokenizer, strategy=strategy, **options), config
 
 
-def evaluate(output_dir, data_dir=None, split="test_2016_flickr", strategy="beam"):
+def evaluate(
+    output_dir, data_dir=None, split="test_2016_flickr", strategy="beam", average_last=1
+):
     output_dir = Path(output_dir)
-    translator, config = load_translator(output_dir, strategy)
+    translator, config = load_translator(output_dir, strategy, average_last)
     sources, references = _load(data_dir, split, config.evaluation_pairs)
     progress = keras.utils.Progbar(len(sources), unit_name="sentence")
     hypotheses, start, chunk = [], time.time(), 256
@@ -226,11 +247,14 @@ def evaluate(output_dir, data_dir=None, split="test_2016_flickr", strategy="beam
         progress.update(len(hypotheses))
     seconds = time.time() - start
     report = corpus_bleu(hypotheses, references)
+    averaged = f", average of the last {average_last}" if average_last > 1 else ""
     print(
-        f"\n{split} ({len(sources)} sentences, {strategy}, {seconds:.0f} s):\n{report}"
+        f"\n{split} ({len(sources)} sentences, {strategy}{averaged}, "
+        f"{seconds:.0f} s):\n{report}"
     )
-    (output_dir / f"{split}.{strategy}.de").write_text("\n".join(hypotheses) + "\n")
-    (output_dir / f"{split}.{strategy}.bleu.json").write_text(
+    stem = f"{split}.{strategy}" + (f".avg{average_last}" if average_last > 1 else "")
+    (output_dir / f"{stem}.de").write_text("\n".join(hypotheses) + "\n")
+    (output_dir / f"{stem}.bleu.json").write_text(
         json.dumps(
             {**dataclasses.asdict(report), "seconds": round(seconds, 1)}, indent=2
         )

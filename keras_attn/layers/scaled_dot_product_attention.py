@@ -116,7 +116,11 @@ def scaled_dot_product_attention(
     if mask is not None:
         head_mask = mask[:, None, :, :]  # (batch, 1, query_length, key_length)
         scores = ops.where(head_mask, scores, _MASKED_SCORE)
-    weights = ops.softmax(scores, axis=-1)
+    if scores.shape[-1] == 1:
+        # One key: every weight is 1 (`ops.softmax` would warn about it).
+        weights = ops.ones_like(scores)
+    else:
+        weights = ops.softmax(scores, axis=-1)
     if mask is not None:
         weights = ops.where(head_mask, weights, 0.0)
     weights = ops.cast(weights, value.dtype)

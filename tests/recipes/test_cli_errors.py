@@ -23,6 +23,10 @@ import translate_multi30k  # noqa: E402
         (["train", "--distribute", "pipeline"], "invalid choice: 'pipeline'"),
         (["export"], "the following arguments are required: --output"),
         (["serve"], "invalid choice: 'serve'"),
+        (
+            ["evaluate", "--average-last", "0"],
+            "expected a positive integer. Received: '0'",
+        ),
     ],
 )
 def test_usage_errors_exit_2_and_name_the_argument(argv, message, capsys):

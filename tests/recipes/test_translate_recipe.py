@@ -71,6 +71,26 @@ def test_evaluate_reports_sacrebleu_and_plots_attention(trained):
 
 
 @pytest.mark.slow
+def test_evaluate_averages_the_last_checkpoints(trained):
+    output_dir, common = trained
+    run_recipe("evaluate", *common, "--strategy", "greedy", "--average-last", "2")
+    report = json.loads(
+        (output_dir / "test_2016_flickr.greedy.avg2.bleu.json").read_text()
+    )
+    assert 0.0 <= report["bleu"] <= 100.0
+    # Asking for more checkpoints than were written names both numbers.
+    result = subprocess.run(
+        [sys.executable, str(RECIPE), "evaluate", *common, "--average-last", "3"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        timeout=600,
+    )
+    assert result.returncode != 0
+    assert "asks for 3 checkpoints" in result.stderr and "holds 2" in result.stderr
+
+
+@pytest.mark.slow
 def test_translate_reads_stdin_and_keeps_empty_lines(trained):
     _, common = trained
     lines = ["A dog runs.", "", "Two men are talking on a street."]
