@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from translation_config import SETTINGS, TranslationConfig  # noqa: E402
+from zoo_common import positive_int  # noqa: E402
 
 EXAMPLE_SENTENCES = [
     "A man in a blue shirt is riding a bike.",
@@ -45,18 +46,6 @@ def _parse_override(text):
     except json.JSONDecodeError:
         pass  # a plain string
     return key.strip(), value
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected a positive integer. Received: {text!r}"
-        )
-    return value
 
 
 def _parse_mesh(text):
@@ -126,7 +115,7 @@ def parse_args(argv=None):
         sub.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
         sub.add_argument(
             "--average-last",
-            type=_positive_int,
+            type=positive_int,
             default=1,
             metavar="N",
             help="Evaluate the mean weights of the last N epoch checkpoints "

@@ -149,10 +149,10 @@ def train(
         print(f"Model: {model.count_params():,} parameters.")
         (output_dir / "checkpoints").mkdir(exist_ok=True)
         backup = AtomicBackupAndRestore(output_dir / "backup", delete_checkpoint=False)
-        if backup.completed_epochs():
+        resumed_epochs = backup.completed_epochs()
+        if resumed_epochs:
             print(
-                f"Resuming after epoch {backup.completed_epochs()} from "
-                f"{output_dir / 'backup'}."
+                f"Resuming after epoch {resumed_epochs} from {output_dir / 'backup'}."
             )
         callbacks = [
             epoch_shuffle,

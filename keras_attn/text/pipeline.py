@@ -161,15 +161,15 @@ def _pad_and_shuffle_batches(
 
     if pad_remainder:
         dataset = dataset.map(pad_batch, num_parallel_calls=tf.data.AUTOTUNE)
-    if shuffle and epoch is not None:
-        # The same buffer permutation on every pass; the batches that enter
-        # it already come in an order keyed by (seed, epoch).
-        dataset = dataset.shuffle(
-            _BATCH_SHUFFLE_BUFFER, seed=seed + 1, reshuffle_each_iteration=False
-        )
-    elif shuffle:
+    if shuffle:
         batch_seed = None if seed is None else seed + 1
-        dataset = dataset.shuffle(_BATCH_SHUFFLE_BUFFER, seed=batch_seed)
+        # Keyed by epoch, the batches already arrive in a (seed, epoch) order:
+        # the same buffer permutation on every pass keeps it a function of both.
+        dataset = dataset.shuffle(
+            _BATCH_SHUFFLE_BUFFER,
+            seed=batch_seed,
+            reshuffle_each_iteration=epoch is None,
+        )
     return dataset
 
 

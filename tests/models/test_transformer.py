@@ -1,21 +1,16 @@
 """The encoder-decoder `Transformer`: causality, padding, cached decoding,
 learning a copy task, the paper's parameter counts, serialization."""
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import keras
 import numpy as np
 import pytest
 from keras import ops
+from other_backend import run_on_other_backend
 
 from keras_attn.models import TRANSFORMER_PRESETS, Transformer
 
 VOCAB = 16
 PAD, BOS, EOS = 0, 1, 2
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SOURCE = np.array([[5, 7, 3, 9, 4, 0], [6, 3, 8, 0, 0, 0]], "int32")
 TARGET = np.array([[1, 7, 7, 4, 5], [1, 9, 3, 6, 0]], "int32")
@@ -275,28 +270,16 @@ print(keras.backend.backend())
 
 @pytest.mark.slow
 def test_keras_file_from_the_other_backend(tmp_path):
-    other = {"jax": "tensorflow", "tensorflow": "jax"}[keras.backend.backend()]
     np.save(tmp_path / "source.npy", SOURCE)
     np.save(tmp_path / "target.npy", TARGET)
     path, logits_path = tmp_path / "model.keras", tmp_path / "logits.npy"
-    env = dict(os.environ, KERAS_BACKEND=other, PYTHONPATH=REPO_ROOT)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(SAVE_ON_OTHER_BACKEND),
-            str(tmp_path / "source.npy"),
-            str(tmp_path / "target.npy"),
-            str(path),
-            str(logits_path),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run_on_other_backend(
+        SAVE_ON_OTHER_BACKEND,
+        tmp_path / "source.npy",
+        tmp_path / "target.npy",
+        path,
+        logits_path,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().splitlines()[-1] == other
     loaded = keras.saving.load_model(path)
     np.testing.assert_allclose(
         logits_of(loaded, SOURCE, TARGET), np.load(logits_path), atol=1e-5

@@ -1,18 +1,11 @@
 """Zoo models saved on the other backend load here with the same outputs."""
 
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import keras
 import numpy as np
 import pytest
+from other_backend import run_on_other_backend
 
 import keras_attn
-
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 # Each model: (class name, preset, constructor arguments, input builder).
 BUILD_AND_SAVE = """
@@ -56,17 +49,7 @@ def saved_on_other_backend(tmp_path_factory):
     directory = tmp_path_factory.mktemp("zoo_other_backend")
     inputs = zoo_inputs()
     np.savez(directory / "inputs.npz", **inputs)
-    other = {"jax": "tensorflow", "tensorflow": "jax"}[keras.backend.backend()]
-    env = dict(os.environ, KERAS_BACKEND=other, PYTHONPATH=REPO_ROOT)
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(BUILD_AND_SAVE), str(directory)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().splitlines()[-1] == other
+    run_on_other_backend(BUILD_AND_SAVE, directory)
     return directory, inputs
 
 
