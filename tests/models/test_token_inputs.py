@@ -46,10 +46,10 @@ def pair(encoder_tokens=TOKENS, decoder_tokens=TOKENS):
             r"`decoder_tokens` holds token ids outside .* from -3 to 6",
         ),
         (
-            pair(encoder_tokens=TOKENS.astype("float32")),
+            pair(encoder_tokens=TOKENS + 0.5),
             TypeError,
             r"`encoder_tokens` must hold integer token ids\. "
-            r"Received: encoder_tokens.dtype=float32",
+            r"Received: encoder_tokens with dtype=float64 and non-integer values",
         ),
         (
             pair(decoder_tokens=TOKENS[0]),
@@ -74,6 +74,11 @@ def test_transformer_rejects_bad_token_inputs(transformer, inputs, error, messag
         transformer(inputs)
 
 
+def test_whole_number_float_ids_are_cast_like_keras_does(transformer):
+    as_floats = pair(TOKENS.astype("float64"), TOKENS.astype("float32"))
+    np.testing.assert_allclose(transformer(as_floats), transformer(pair()), atol=1e-6)
+
+
 def test_transformer_accepts_ids_at_both_ends_of_the_vocabulary(transformer):
     edges = np.array([[0, VOCABULARY_SIZE - 1], [1, 2]], "int32")
     logits = transformer(pair(edges, edges))
@@ -85,7 +90,7 @@ def test_transformer_accepts_ids_at_both_ends_of_the_vocabulary(transformer):
     "tokens, error, message",
     [
         (TOKENS + VOCABULARY_SIZE, ValueError, r"`token_ids` holds token ids outside"),
-        (TOKENS.astype("float32"), TypeError, r"token_ids.dtype=float32"),
+        (TOKENS + 0.25, TypeError, r"`token_ids` must hold integer token ids"),
         (TOKENS[0], ValueError, r"token_ids.shape=\(4,\)"),
     ],
 )
