@@ -1,5 +1,6 @@
 """Building blocks of the Transformer (Vaswani et al., 2017)."""
 
+from keras_attn.layers.fast_dropout import FastDropout, fast_dropout
 from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.masking import causal_mask, merge_attention_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
@@ -17,6 +18,7 @@ from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 
 __all__ = [
+    "FastDropout",
     "FeedForward",
     "MultiHeadAttention",
     "PositionEmbedding",
@@ -25,6 +27,7 @@ __all__ = [
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "causal_mask",
+    "fast_dropout",
     "merge_attention_masks",
     "scaled_dot_product_attention",
 ]

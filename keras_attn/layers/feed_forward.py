@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.validation import check_dropout_rate, check_positive_int
 
 
@@ -72,7 +73,7 @@ class FeedForward(keras.layers.Layer):
             **dense_args,
         )
         self.output_dense = keras.layers.Dense(dim, name="output_dense", **dense_args)
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = FastDropout(self.dropout, dtype=self.dtype_policy)
         self.intermediate_dense.build(inputs_shape)
         self.output_dense.build((*inputs_shape[:-1], self.intermediate_dim))
         self.built = True

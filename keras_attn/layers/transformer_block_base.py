@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.validation import (
     check_divisible,
@@ -78,7 +79,7 @@ class TransformerBlockBase(keras.layers.Layer):
         )
 
     def _dropout(self, name):
-        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+        return FastDropout(self.dropout, dtype=self.dtype_policy, name=name)
 
     def _residual(self, inputs, sublayer, norm, dropout, training):
         """`LayerNorm(x + Dropout(Sublayer(x)))` (sections 3.1 and 5.4).

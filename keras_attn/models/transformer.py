@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -180,10 +181,10 @@ class Transformer(keras.Model):
             "decoder_embedding": (
                 encoder_embedding if tie_embeddings else embedding("decoder_embedding")
             ),
-            "encoder_dropout": keras.layers.Dropout(
+            "encoder_dropout": FastDropout(
                 dropout, dtype=dtype, name="encoder_embedding_dropout"
             ),
-            "decoder_dropout": keras.layers.Dropout(
+            "decoder_dropout": FastDropout(
                 dropout, dtype=dtype, name="decoder_embedding_dropout"
             ),
             "encoder_blocks": [

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import (
@@ -170,7 +171,7 @@ class TransformerEncoderClassifier(keras.Model):
                 name="token_embedding",
             ),
             "embedding_norm": None if normalize_first else norm("embedding_norm"),
-            "embedding_dropout": keras.layers.Dropout(
+            "embedding_dropout": FastDropout(
                 dropout, dtype=dtype, name="embedding_dropout"
             ),
             "blocks": [
@@ -189,9 +190,7 @@ class TransformerEncoderClassifier(keras.Model):
                 for i in range(num_layers)
             ],
             "output_norm": norm("output_norm") if normalize_first else None,
-            "pooled_dropout": keras.layers.Dropout(
-                dropout, dtype=dtype, name="pooled_dropout"
-            ),
+            "pooled_dropout": FastDropout(dropout, dtype=dtype, name="pooled_dropout"),
             "logits": keras.layers.Dense(num_classes, dtype=dtype, name="logits"),
         }
 

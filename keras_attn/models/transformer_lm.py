@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.validation import (
@@ -137,7 +138,7 @@ class TransformerLM(keras.Model):
                 dtype=dtype,
                 name="token_embedding",
             ),
-            "embedding_dropout": keras.layers.Dropout(
+            "embedding_dropout": FastDropout(
                 dropout, dtype=dtype, name="embedding_dropout"
             ),
             "blocks": [

@@ -5,6 +5,7 @@ import numbers
 import keras
 from keras import ops
 
+from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import (
@@ -181,9 +182,7 @@ class VisionTransformer(keras.Model):
             dtype=dtype,
             name="position_embedding",
         )
-        embedding_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embedding_dropout"
-        )
+        embedding_dropout = FastDropout(dropout, dtype=dtype, name="embedding_dropout")
         blocks = [
             TransformerEncoderBlock(
                 num_heads=num_heads,

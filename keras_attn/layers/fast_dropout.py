@@ -1,0 +1,137 @@
+"""Dropout that draws one random number for every two inputs (section 5.4)."""
+
+import keras
+from keras import ops
+
+from keras_attn.layers.validation import check_dropout_rate
+
+# Each float32 uniform draw carries 23 random mantissa bits (on JAX and on
+# TensorFlow): two independent 11-bit uniforms are cut from it (2048**2 <= 2**23).
+_LEVELS = 2048
+# A rate that 11-bit levels cannot represent within this relative error is
+# dropped out with one draw per input instead (`keras.random.dropout`).
+_MAX_RATE_ERROR = 0.01
+
+
+def quantized_dropout_rate(rate):
+    """The rate `fast_dropout` applies for `rate`, or `None` if it is exact-only.
+
+    Args:
+        rate: float in `[0, 1)`, the requested dropout rate.
+
+    Returns:
+        `round(rate * 2048) / 2048` when that is within 1% of `rate`, else
+        `None` (the rate is then applied exactly, at the usual cost).
+    """
+    quantized = round(rate * _LEVELS) / _LEVELS
+    if quantized <= 0 or abs(quantized - rate) > _MAX_RATE_ERROR * rate:
+        return None
+    return quantized
+
+
+def fast_dropout(inputs, rate, seed=None):
+    """Inverted dropout with half the random numbers of `keras.random.dropout`.
+
+    Random number generation is a large part of dropout's cost on a CPU
+    (JAX's threefry hash in particular): `keras.random.dropout` draws one
+    32-bit number per input. Here every uniform float32 draw, which holds
+    23 random bits, is split into two independent 11-bit uniforms that
+    decide two inputs (`x[..., i]` and `x[..., i + features // 2]`), so
+    half as many numbers are drawn.
+
+    The rate is applied at a resolution of 1/2048: the rate used is
+    `round(rate * 2048) / 2048` (0.1 becomes 0.10010), and the kept inputs
+    are scaled by `1 / (1 - rate used)`, so the expected output equals the
+    input exactly. Rates that resolution misses by more than 1% (below about
+    0.025, or with an odd or unknown feature size) fall back to
+    `keras.random.dropout`, which is exact.
+
+    Args:
+        inputs: float tensor `(..., features)`.
+        rate: float in `[0, 1)`, the fraction of inputs to zero.
+        seed: `keras.random.SeedGenerator` or int. Defaults to `None`.
+
+    Returns:
+        A tensor of the shape and dtype of `inputs`.
+
+    Example:
+
+    >>> x = keras.ops.ones((4, 8, 16))
+    >>> y = keras_attn.layers.fast_dropout(x, 0.5, seed=1)
+    >>> tuple(y.shape)
+    (4, 8, 16)
+
+    References:
+        Srivastava et al., "Dropout: A Simple Way to Prevent Neural Networks
+        from Overfitting", 2014; Vaswani et al., 2017, section 5.4.
+    """
+    features = inputs.shape[-1]
+    quantized = quantized_dropout_rate(rate)
+    if quantized is None or features is None or features % 2:
+        return keras.random.dropout(inputs, rate, seed=seed)
+    half_shape = (*ops.shape(inputs)[:-1], features // 2)
+    # (..., features // 2), uniform on [0, 1) in steps of 2**-23
+    uniform = keras.random.uniform(half_shape, seed=seed, dtype="float32")
+    scaled = uniform * float(_LEVELS)
+    high = ops.floor(scaled)  # top 11 bits: 0 ... 2047
+    low = ops.floor((scaled - high) * float(_LEVELS))  # next 11 bits: 0 ... 2047
+    threshold = float(round(quantized * _LEVELS))
+    # (..., features)
+    keep = ops.concatenate([high >= threshold, low >= threshold], axis=-1)
+    scale = ops.cast(1.0 / (1.0 - quantized), inputs.dtype)
+    return ops.where(keep, inputs * scale, ops.zeros_like(inputs))
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class FastDropout(keras.layers.Layer):
+    """`keras.layers.Dropout` with half the random numbers.
+
+    Sets a fraction `rate` of the inputs to zero during training and scales
+    the rest by `1 / (1 - rate)`, through `keras_attn.layers.fast_dropout`:
+    one uniform draw decides two inputs, and the rate is applied at a
+    resolution of 1/2048 (0.1 becomes 0.10010; see `fast_dropout`). The
+    Transformer's residual and embedding dropout (section 5.4) use it; in
+    inference it is the identity.
+
+    Args:
+        rate: float in `[0, 1)`, the fraction of inputs to drop.
+        seed: int, the seed of the layer's `keras.random.SeedGenerator`.
+            Defaults to `None`.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: float tensor `(..., features)`.
+        training: bool, whether to drop. Defaults to `False`.
+
+    Returns:
+        A tensor of the shape and dtype of `inputs`.
+
+    Example:
+
+    >>> layer = keras_attn.layers.FastDropout(0.1, seed=0)
+    >>> x = keras.ops.ones((2, 5, 8))
+    >>> bool(keras.ops.all(layer(x) == x))  # identity outside training
+    True
+    """
+
+    def __init__(self, rate, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.rate = check_dropout_rate(rate, "rate")
+        self.seed = seed
+        if self.rate > 0:
+            self.seed_generator = keras.random.SeedGenerator(seed)
+        self.supports_masking = True
+        self.built = True
+
+    def call(self, inputs, training=False):
+        if not training or self.rate == 0:
+            return inputs
+        return fast_dropout(inputs, self.rate, seed=self.seed_generator)
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"rate": self.rate, "seed": self.seed})
+        return config
