@@ -1,31 +1,35 @@
 """Where a training step's time goes: a JAX profile grouped by model part.
 
-    python bench/profile_step.py                      # keras-attn
-    python bench/profile_step.py --model keras-hub    # the peer, same shapes
-    python bench/profile_step.py --quick              # smoke run
+    python bench/profile_step.py --backend jax                      # keras-attn
+    python bench/profile_step.py --backend jax --model keras-hub    # the peer
+    python bench/profile_step.py --backend tensorflow
+    python bench/profile_step.py --backend jax --quick              # smoke run
 
 Builds one model of `train_throughput.py` (same shapes, loss, optimizer,
-`jit_compile=True`), warms it up, then records `--steps` training steps with
-`jax.profiler.trace`. XLA:CPU records one event per executed HLO
-instruction; each is mapped, through the optimized HLO that XLA dumps, to the
-JAX operation it came from (its `op_name`, e.g.
-`jvp(decoder_block_2)/cross_attention_dropout/jit(_bernoulli)/...`) and
-counted in one part of the model:
+`jit_compile=True`, so both backends run an XLA program), warms it up, then
+records `--steps` training steps with the backend's profiler
+(`jax.profiler.trace`, `tf.profiler.experimental`). XLA:CPU records one event
+per executed HLO instruction; each is mapped, through the optimized HLO that
+XLA dumps, to the operation it came from (its `op_name`, e.g.
+`jvp(decoder_block_2)/cross_attention_dropout/...` on JAX) and counted in one
+part of the model:
 
 * matrix products by layer (attention projections, attention scores,
   feed-forward, vocabulary projection) and the rest by kind (dropout random
   numbers, dropout masks, layer norms, the loss, the optimizer, ...);
 * "thread ms" is busy time summed over XLA's worker threads (two on a
   2-core machine), per step;
-* the device wall time per step, the wall time during which at least one
-  matrix product ran, and the training step as Keras runs it
-  (`train_on_batch`, Python included).
+* the wall time per step during which XLA's threads ran anything, the wall
+  time during which at least one matrix product ran, and the training step
+  as Keras runs it (`train_on_batch`, Python included).
 
-JAX only: TensorFlow's profiler output needs TensorBoard's profile plugin.
+Both profilers write an XSpace protocol buffer; it is read with
+`jax.profiler.ProfileData`, so JAX must be installed for either backend.
 """
 
 import argparse
 import collections
+import contextlib
 import glob
 import os
 import re
@@ -37,8 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# (substring of the JAX op_name, part), first match wins; the matrix products
-# are told apart from the element-wise work by the HLO instruction's name.
+# (substrings of the op_name, part), first match wins; matrix products and
+# element-wise work are told apart by the HLO instructions themselves.
 OTHER_PARTS = (
     (("_uniform", "_bernoulli", "threefry", "random_bits"), "dropout: random numbers"),
     (("dropout",), "dropout: masks and scaling"),
@@ -47,7 +51,11 @@ OTHER_PARTS = (
     (("norm",), "layer norm"),
     (("embedding",), "embeddings"),
     (("adam", "optimizer", "apply"), "optimizer (Adam)"),
-    (("attention", "vmap", "dot_product"), "attention: softmax, masks, layout"),
+    (
+        ("attention", "vmap", "dot_product", "einsum", "softmax", "/query/", "/key/")
+        + ("/value/",),
+        "attention: softmax, masks, biases, layout",
+    ),
     (("feed_forward", "feedforward"), "feed-forward: bias, ReLU, layout"),
 )
 MATMUL_PARTS = (
@@ -57,32 +65,62 @@ MATMUL_PARTS = (
         ("/query/", "/key/", "/value/", "/attention_output/"),
         "matmul: attention projections",
     ),
-    (("attention", "vmap", "dot_product"), "matmul: attention scores and values"),
+    (
+        ("attention", "vmap", "dot_product", "einsum"),
+        "matmul: attention scores and values",
+    ),
 )
-MATMUL_PREFIXES = ("ynn_fusion", "dot", "xnn_fusion", "onednn", "custom-call")
 
 
-def part_of(instruction, op_name):
-    is_matmul = instruction.startswith(MATMUL_PREFIXES)
+def part_of(op_name, is_matmul):
+    """The model part an HLO instruction's time is counted in."""
+    # TensorFlow numbers repeated names ("decoder_block_0_1/key_1/MatMul"):
+    # drop the counters so that both backends read "/decoder_block_0/key/".
+    op_name = "/" + re.sub(r"_\d+(?=/|$)", "", op_name) + "/"
     for needles, part in MATMUL_PARTS if is_matmul else OTHER_PARTS:
         if any(needle in op_name for needle in needles):
             return part
     return "matmul: other" if is_matmul else "other element-wise"
 
 
-def read_op_names(dump_dir):
-    """HLO instruction name -> JAX op_name, from the optimized train step."""
-    (path,) = glob.glob(
-        os.path.join(dump_dir, "*jit_train_step*cpu_after_optimizations.txt")
+def read_instructions(dump_dir):
+    """HLO instruction name -> `(op_name, is_matmul)` for the train step.
+
+    The train step is the largest module XLA compiled in the process. An
+    instruction is a matrix product if it is a `dot`, a library matmul
+    custom call (oneDNN), or a fusion whose fused computation holds either.
+    """
+    path = max(
+        glob.glob(os.path.join(dump_dir, "*cpu_after_optimizations.txt")),
+        key=os.path.getsize,
     )
-    pattern = re.compile(r"\s*(?:ROOT )?%([\w.\-]+) = .*?op_name=\"([^\"]*)\"")
-    names = {}
     with open(path) as hlo:
-        for line in hlo:
-            match = pattern.match(line)
-            if match:
-                names[match.group(1)] = match.group(2)
-    return names
+        lines = hlo.read().splitlines()
+    computation = re.compile(r"(?:ENTRY )?%([\w.\-]+) \(")
+    definition = re.compile(r"\s*(?:ROOT )?%([\w.\-]+) = .*? ([\w-]+)\(")
+    op_name = re.compile(r'op_name="([^"]*)"')
+    calls = re.compile(r"calls=%([\w.\-]+)")
+
+    def is_product(line):
+        return " dot(" in line or ("custom-call(" in line and "matmul" in line.lower())
+
+    with_product, current = set(), None
+    for line in lines:
+        start = computation.match(line)
+        if start:
+            current = start.group(1)
+        elif is_product(line):
+            with_product.add(current)
+    instructions = {}
+    for line in lines:
+        match = definition.match(line)
+        if not match:
+            continue
+        called = calls.search(line)
+        is_matmul = is_product(line) or bool(called and called.group(1) in with_product)
+        found = op_name.search(line)
+        instructions[match.group(1)] = (found.group(1) if found else "", is_matmul)
+    return instructions
 
 
 def union_ns(intervals):
@@ -97,26 +135,26 @@ def union_ns(intervals):
     return total + (0 if current is None else current[1] - current[0])
 
 
-def summarize(trace_dir, op_names, steps):
+def summarize(trace_dir, instructions, steps):
     import jax
 
     (path,) = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
     profile = jax.profiler.ProfileData.from_file(path)
     busy, unassigned = collections.Counter(), collections.Counter()
-    matmul_intervals, executions = [], []
+    matmul_intervals, busy_intervals = [], []
     for plane in profile.planes:
         for line in plane.lines:
+            # XLA's worker threads: "tf_XLAEigen/..." (JAX), "tf_numa_..._Eigen/..."
+            # (TensorFlow).
+            if "Eigen" not in line.name:
+                continue
             for event in line.events:
-                interval = (event.start_ns, event.start_ns + event.duration_ns)
-                if event.name == "ThunkExecutor::Execute (wait for completion)":
-                    executions.append(interval)
-                if "XLAEigen" not in line.name or event.name.startswith(
-                    ("ThunkExecutor", "SlinkyThreadPool", "ThreadpoolListener")
-                ):
+                if event.name not in instructions:  # runtime bookkeeping
                     continue
-                instruction = event.name
-                op_name = op_names.get(instruction, "")
-                part = part_of(instruction, op_name)
+                interval = (event.start_ns, event.start_ns + event.duration_ns)
+                busy_intervals.append(interval)
+                op_name, is_matmul = instructions[event.name]
+                part = part_of(op_name, is_matmul)
                 busy[part] += event.duration_ns
                 if part in ("other element-wise", "matmul: other"):
                     # The op path without the step's own prefix.
@@ -128,9 +166,27 @@ def summarize(trace_dir, op_names, steps):
     return (
         busy,
         unassigned,
-        union_ns(executions) / steps,
+        union_ns(busy_intervals) / steps,
         union_ns(matmul_intervals) / steps,
     )
+
+
+@contextlib.contextmanager
+def backend_profiler(backend, trace_dir):
+    """Records the backend's profile of the enclosed steps into `trace_dir`."""
+    if backend == "jax":
+        import jax
+
+        with jax.profiler.trace(trace_dir):
+            yield
+    else:
+        import tensorflow as tf
+
+        tf.profiler.experimental.start(trace_dir)
+        try:
+            yield
+        finally:
+            tf.profiler.experimental.stop()
 
 
 def main():
@@ -140,6 +196,7 @@ def main():
         default="keras-attn",
         choices=["keras-attn", "keras-hub", "keras.layers.MHA"],
     )
+    parser.add_argument("--backend", default="jax", choices=["jax", "tensorflow"])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="tiny smoke config")
     parser.add_argument(
@@ -151,17 +208,18 @@ def main():
     args = parser.parse_args()
 
     dump_dir = tempfile.mkdtemp(prefix="xla_dump_")
-    # Before JAX starts: dump the optimized HLO of the train step (for the
-    # op names) and record one profiler event per HLO instruction.
+    # Before the backend starts: dump the optimized HLO of the train step
+    # (for the op names; the module is `jit_train_step` on JAX and
+    # `..._one_step_on_data_...` on TensorFlow).
+    step_module = "train_step" if args.backend == "jax" else "one_step_on_data"
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "")
         + f" --xla_dump_to={dump_dir} --xla_dump_hlo_as_text"
-        + " --xla_dump_hlo_module_re=.*train_step.*"
+        + f" --xla_dump_hlo_module_re=.*{step_module}.*"
     )
     import common
 
-    common.select_backend("jax")
-    import jax
+    common.select_backend(args.backend)
     import keras
     import train_throughput
 
@@ -183,20 +241,20 @@ def main():
     batches = train_throughput.make_batches(config)
     for step in range(3):
         model.train_on_batch(*batches[step % len(batches)])
-    trace_dir = tempfile.mkdtemp(prefix="jax_trace_")
-    with jax.profiler.trace(trace_dir):
+    trace_dir = tempfile.mkdtemp(prefix="xla_trace_")
+    with backend_profiler(args.backend, trace_dir):
         start = time.perf_counter()
         for step in range(args.steps):
             model.train_on_batch(*batches[step % len(batches)])
         step_ms = (time.perf_counter() - start) / args.steps * 1e3
 
     busy, unassigned, device_ns, matmul_ns = summarize(
-        trace_dir, read_op_names(dump_dir), args.steps
+        trace_dir, read_instructions(dump_dir), args.steps
     )
     total = sum(busy.values())
-    print(f"model: {args.model}, {args.steps} profiled steps")
+    print(f"backend: {args.backend}, model: {args.model}, {args.steps} profiled steps")
     print(f"train_on_batch (Python included): {step_ms:.1f} ms per step")
-    print(f"device wall: {device_ns / 1e6:.1f} ms per step")
+    print(f"XLA busy wall: {device_ns / 1e6:.1f} ms per step")
     print(f"wall with a matrix product running: {matmul_ns / 1e6:.1f} ms per step")
     print(f"{'part':<42}{'thread ms':>10}{'share':>8}")
     for part, ns in busy.most_common():

@@ -49,3 +49,20 @@ def test_attention_scaling_quick():
     out = run_quick("attention_scaling.py")
     for name in ("keras-attn fused", "keras-attn explicit", "keras.layers.MHA"):
         assert f"  128 {name}" in out and f"  256 {name}" in out
+
+
+def test_profile_step_quick():
+    if keras.backend.backend() != "jax":
+        pytest.skip("the step profile reads JAX's profiler output")
+    out = run_quick("profile_step.py")
+    assert "XLA busy wall:" in out
+    rows = {
+        line[:42].strip(): float(line[42:52])
+        for line in out.splitlines()
+        if line.startswith(("matmul:", "dropout:", "loss", "layer norm"))
+    }
+    # The main parts of a training step are found in the profile.
+    for part in ("matmul: feed-forward", "matmul: vocabulary projection", "loss"):
+        assert rows.get(part, 0) > 0, (part, out)
+    total = float(out.split("\ntotal")[1].split()[0])
+    assert 0 < sum(rows.values()) <= total
