@@ -158,9 +158,12 @@ def summarize(trace_dir, instructions, steps):
                 busy[part] += event.duration_ns
                 if part in ("other element-wise", "matmul: other"):
                     # The op path without the step's own prefix.
-                    unassigned[op_name.replace("jit(train_step)/", "")] += (
-                        event.duration_ns
+                    # The op path without the step's own prefix, or else
+                    # the HLO instruction's kind ("copy", "transpose_fusion").
+                    label = op_name.replace("jit(train_step)/", "") or (
+                        "HLO " + re.sub(r"\.\d+$", "", event.name)
                     )
+                    unassigned[label] += event.duration_ns
                 if part.startswith("matmul"):
                     matmul_intervals.append(interval)
     return (
@@ -262,7 +265,7 @@ def main():
     print(f"{'total':<42}{total / 1e6 / args.steps:>10.1f}")
     print("largest operations in no part (thread ms per step):")
     for op_name, ns in unassigned.most_common(args.show_unassigned):
-        print(f"  {ns / 1e6 / args.steps:6.1f}  {op_name or '(no op_name)'}")
+        print(f"  {ns / 1e6 / args.steps:6.1f}  {op_name}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,10 @@ import numbers
 
 import keras
 
+from keras_attn.training.softmax_cross_entropy import (
+    smoothed_softmax_cross_entropy,
+)
+
 # Reductions that divide by the number of loss entries; for these, padded
 # tokens must be taken out of the count as well as out of the sum.
 _MEAN_REDUCTIONS = ("sum_over_batch_size", "mean")
@@ -157,30 +161,24 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         valid = None
         if self.ignore_class is not None:
             valid = keras.ops.not_equal(labels, self.ignore_class)  # (batch, seq)
-            # An ignored id may lie outside the vocabulary (-1, 255): never
-            # gather it. Constant rows at padding keep log-probabilities and
-            # their gradients finite whatever the model put there.
-            labels = keras.ops.where(valid, labels, 0)
-            y_pred = keras.ops.where(
-                keras.ops.expand_dims(valid, -1), y_pred, 1.0
-            )  # (batch, seq, vocab)
 
         if self.from_logits:
-            # -log p(label) = logsumexp(logits) - logits[label], and the
-            # uniform term -mean(log p) = logsumexp(logits) - mean(logits):
-            # no (batch, seq, vocab) log-probability tensor is formed, which
-            # halves the loss's forward + backward time (docs/performance.md).
-            log_normalizer = keras.ops.logsumexp(y_pred, axis=-1)  # (batch, seq)
-            label_logits = keras.ops.take_along_axis(
-                y_pred, keras.ops.expand_dims(labels, -1), axis=-1
-            )  # (batch, seq, 1)
-            losses = log_normalizer - keras.ops.squeeze(label_logits, axis=-1)
-            if self.label_smoothing:
-                eps = self.label_smoothing
-                # (batch, seq)
-                uniform_losses = log_normalizer - keras.ops.mean(y_pred, axis=-1)
-                losses = (1.0 - eps) * losses + eps * uniform_losses
+            # -log p(label) = logsumexp(logits) - logits[label], with its
+            # gradient written out: one pass over the logits backward, and
+            # exactly 0 at ignored tokens (docs/performance.md).
+            losses = smoothed_softmax_cross_entropy(
+                y_pred, labels, self.label_smoothing, valid
+            )  # (batch, seq)
         else:
+            if valid is not None:
+                # An ignored id may lie outside the vocabulary (-1, 255):
+                # never gather it. Constant rows at ignored tokens keep
+                # log-probabilities and their gradients finite whatever the
+                # model put there.
+                labels = keras.ops.where(valid, labels, 0)
+                y_pred = keras.ops.where(
+                    keras.ops.expand_dims(valid, -1), y_pred, 1.0
+                )  # (batch, seq, vocab)
             # Same treatment of probabilities as Keras's crossentropies.
             probs = y_pred / keras.ops.sum(y_pred, axis=-1, keepdims=True)
             epsilon = keras.backend.epsilon()

@@ -204,6 +204,32 @@ def test_gradient_is_exactly_zero_at_padding():
     assert np.all(np.isfinite(grad)) and np.all(np.abs(grad[~pad]).sum(-1) > 0)
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_gradient_matches_the_numpy_formula(eps):
+    """The written-out gradient against d loss / d logits in float64.
+
+    For the mean over valid tokens, d/d logits of one valid token is
+    `(softmax(logits) - q') * weight / sum(weights)`, with
+    `q' = (1 - eps) * one_hot + eps / K`; ignored tokens get 0.
+    """
+    labels, logits = make_batch(seed=3)
+    weights = np.random.default_rng(4).uniform(0.5, 2.0, size=labels.shape)
+    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=eps)
+    _, grad = value_and_grad(
+        lambda x: loss(labels, x, sample_weight=weights.astype("float32")), logits
+    )
+    x = logits.astype("float64")
+    softmax = np.exp(x - x.max(-1, keepdims=True))
+    softmax /= softmax.sum(-1, keepdims=True)
+    target = (1.0 - eps) * np.eye(VOCAB)[labels] + eps / VOCAB
+    valid = labels != PAD
+    # Keras divides the weighted sum by the token count; the loss rescales
+    # by total / valid tokens, so the mean is over the valid tokens.
+    scale = np.where(valid, weights, 0.0) / valid.sum()
+    expected = (softmax - target) * scale[..., None]
+    np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_low_precision_logits(dtype):
     labels, logits = make_batch()

@@ -1,0 +1,72 @@
+"""Label-smoothed softmax cross-entropy from logits, with a fused gradient."""
+
+from keras import ops
+
+
+def smoothed_softmax_cross_entropy(logits, labels, label_smoothing=0.0, valid=None):
+    """Per-token cross-entropy against `(1 - eps) * one_hot(label) + eps / K`.
+
+    With `lse = logsumexp(logits)` over the `K` vocabulary entries:
+
+    ```
+    loss = (1 - eps) * (lse - logits[label]) + eps * (lse - mean(logits))
+    ```
+
+    The gradient with respect to the logits is written out
+    (`softmax(logits) - (1 - eps) * one_hot(label) - eps / K`, times the
+    incoming gradient) rather than derived by automatic differentiation, so
+    that the backward pass is one element-wise pass over the
+    `(batch, length, vocabulary)` logits: no log-probabilities, no one-hot
+    tensor and no masked copy of the logits are formed, forward or backward.
+    Tokens where `valid` is `False` get a loss of 0 and a gradient of exactly
+    0, whatever their logits hold (NaN included).
+
+    Args:
+        logits: float32 tensor `(batch, length, vocabulary)`.
+        labels: int tensor `(batch, length)`, ids in `[0, vocabulary)` where
+            `valid` is `True` (any id elsewhere).
+        label_smoothing: float `eps` in `[0, 1)`. Defaults to `0.0`.
+        valid: optional boolean tensor `(batch, length)`, `False` at tokens
+            to ignore (padding). Defaults to `None`, meaning all tokens.
+
+    Returns:
+        float32 tensor `(batch, length)` of per-token losses.
+    """
+    eps = float(label_smoothing)
+    vocabulary_size = logits.shape[-1]
+    if valid is not None:
+        # An ignored id may lie outside the vocabulary: never gather it.
+        labels = ops.where(valid, labels, 0)
+
+    @ops.custom_gradient
+    def cross_entropy(logits):
+        largest = ops.max(logits, axis=-1, keepdims=True)  # (batch, length, 1)
+        # As in `logsumexp`: a row whose maximum is infinite is not shifted.
+        largest = ops.where(ops.isfinite(largest), largest, 0.0)
+        shifted_sum = ops.sum(ops.exp(logits - largest), axis=-1, keepdims=True)
+        log_normalizer = largest + ops.log(shifted_sum)
+        label_logits = ops.take_along_axis(logits, labels[..., None], axis=-1)
+        losses = log_normalizer - label_logits  # (batch, length, 1)
+        if eps:
+            mean_logits = ops.mean(logits, axis=-1, keepdims=True)
+            losses = (1.0 - eps) * losses + eps * (log_normalizer - mean_logits)
+        losses = ops.squeeze(losses, axis=-1)  # (batch, length)
+        if valid is not None:
+            losses = ops.where(valid, losses, 0.0)
+
+        def grad(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            # (batch, length, vocabulary), one fused element-wise pass.
+            is_label = ops.arange(vocabulary_size, dtype="int32") == labels[..., None]
+            uniform = eps / vocabulary_size
+            target = ops.where(is_label, 1.0 - eps + uniform, uniform)
+            softmax = ops.exp(logits - log_normalizer)
+            gradient = (softmax - target) * upstream[..., None]
+            if valid is not None:
+                gradient = ops.where(valid[..., None], gradient, 0.0)
+            return gradient
+
+        return losses, grad
+
+    return cross_entropy(ops.cast(logits, "float32"))
