@@ -44,10 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # (substrings of the op_name, part), first match wins; matrix products and
 # element-wise work are told apart by the HLO instructions themselves.
 OTHER_PARTS = (
-    (("_uniform", "_bernoulli", "threefry", "random_bits"), "dropout: random numbers"),
+    (
+        ("_uniform", "_bernoulli", "threefry", "random_bits", "Stateless")
+        + ("Philox", "RandomUniform"),
+        "dropout: random numbers",
+    ),
     (("dropout",), "dropout: masks and scaling"),
-    (("compile_loss",), "loss"),
-    (("logits", "/dense/"), "vocabulary projection: bias, layout"),
+    (("compile_loss", "crossentropy"), "loss"),
+    (("logits", "/dense/", "(dense)"), "vocabulary projection: bias, layout"),
     (("norm",), "layer norm"),
     (("embedding",), "embeddings"),
     (("adam", "optimizer", "apply"), "optimizer (Adam)"),
@@ -58,9 +62,11 @@ OTHER_PARTS = (
     ),
     (("feed_forward", "feedforward"), "feed-forward: bias, ReLU, layout"),
 )
+# Philox-4x32's multipliers, in TensorFlow's stateless random-bit fusions.
+PHILOX_CONSTANTS = ("constant(3528531795)", "constant(3449720151)")
 MATMUL_PARTS = (
     (("feed_forward", "feedforward"), "matmul: feed-forward"),
-    (("logits", "/dense/"), "matmul: vocabulary projection"),
+    (("logits", "/dense/", "(dense)"), "matmul: vocabulary projection"),
     (
         ("/query/", "/key/", "/value/", "/attention_output/"),
         "matmul: attention projections",
@@ -100,26 +106,38 @@ def read_instructions(dump_dir):
     definition = re.compile(r"\s*(?:ROOT )?%([\w.\-]+) = .*? ([\w-]+)\(")
     op_name = re.compile(r'op_name="([^"]*)"')
     calls = re.compile(r"calls=%([\w.\-]+)")
+    referenced = re.compile(r"(?:calls|to_apply)=%([\w.\-]+)")
 
     def is_product(line):
         return " dot(" in line or ("custom-call(" in line and "matmul" in line.lower())
 
-    with_product, current = set(), None
+    # Per computation: whether it holds a product, and a stand-in op_name
+    # for the fusions and wrappers that carry none: the op_names and called
+    # computations' names inside it (a reduction's `to_apply` computation is
+    # named after its op), or "Philox" for TensorFlow's random-bit fusions.
+    with_product, inner_names, current = set(), collections.defaultdict(list), None
     for line in lines:
         start = computation.match(line)
         if start:
             current = start.group(1)
-        elif is_product(line):
+            continue
+        if is_product(line):
             with_product.add(current)
+        inner_names[current] += op_name.findall(line) + referenced.findall(line)
+        if any(constant in line for constant in PHILOX_CONSTANTS):
+            inner_names[current].append("Philox")
     instructions = {}
     for line in lines:
         match = definition.match(line)
         if not match:
             continue
         called = calls.search(line)
-        is_matmul = is_product(line) or bool(called and called.group(1) in with_product)
+        called = called.group(1) if called else None
         found = op_name.search(line)
-        instructions[match.group(1)] = (found.group(1) if found else "", is_matmul)
+        instructions[match.group(1)] = (
+            found.group(1) if found else "/".join(inner_names.get(called, [])),
+            is_product(line) or called in with_product,
+        )
     return instructions
 
 
