@@ -52,17 +52,21 @@ def test_attention_scaling_quick():
 
 
 def test_profile_step_quick():
-    if keras.backend.backend() != "jax":
-        pytest.skip("the step profile reads JAX's profiler output")
     out = run_quick("profile_step.py")
     assert "XLA busy wall:" in out
-    rows = {
-        line[:42].strip(): float(line[42:52])
+    # "part   thread ms   share" rows; the tiny model's parts take
+    # microseconds, so their presence and shares are checked, not their times.
+    shares = {
+        line[:42].strip(): float(line[52:].strip().rstrip("%"))
         for line in out.splitlines()
-        if line.startswith(("matmul:", "dropout:", "loss", "layer norm"))
+        if line.endswith("%")
     }
-    # The main parts of a training step are found in the profile.
-    for part in ("matmul: feed-forward", "matmul: vocabulary projection", "loss"):
-        assert rows.get(part, 0) > 0, (part, out)
-    total = float(out.split("\ntotal")[1].split()[0])
-    assert 0 < sum(rows.values()) <= total
+    for part in (
+        "matmul: feed-forward",
+        "matmul: vocabulary projection",
+        "matmul: attention projections",
+        "loss",
+        "dropout: random numbers",
+    ):
+        assert part in shares, (part, out)
+    assert abs(sum(shares.values()) - 100) < 1, shares
