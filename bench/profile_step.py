@@ -45,8 +45,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # element-wise work are told apart by the HLO instructions themselves.
 OTHER_PARTS = (
     (
-        ("_uniform", "_bernoulli", "threefry", "random_bits", "Stateless")
-        + ("Philox", "RandomUniform"),
+        (
+            "_uniform",
+            "_bernoulli",
+            "threefry",
+            "random_bits",
+            "Stateless",
+            "Philox",
+            "RandomUniform",
+        ),
         "dropout: random numbers",
     ),
     (("dropout",), "dropout: masks and scaling"),
@@ -56,8 +63,16 @@ OTHER_PARTS = (
     (("embedding",), "embeddings"),
     (("adam", "optimizer", "apply"), "optimizer (Adam)"),
     (
-        ("attention", "vmap", "dot_product", "einsum", "softmax", "/query/", "/key/")
-        + ("/value/",),
+        (
+            "attention",
+            "vmap",
+            "dot_product",
+            "einsum",
+            "softmax",
+            "/query/",
+            "/key/",
+            "/value/",
+        ),
         "attention: softmax, masks, biases, layout",
     ),
     (("feed_forward", "feedforward"), "feed-forward: bias, ReLU, layout"),
@@ -158,6 +173,9 @@ def summarize(trace_dir, instructions, steps):
 
     (path,) = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
     profile = jax.profiler.ProfileData.from_file(path)
+    # name -> op_name, and name -> part, classified once per instruction.
+    parts = {name: part_of(*found) for name, found in instructions.items()}
+    op_names = {name: op_name for name, (op_name, _) in instructions.items()}
     busy, unassigned = collections.Counter(), collections.Counter()
     matmul_intervals, busy_intervals = [], []
     for plane in profile.planes:
@@ -167,15 +185,13 @@ def summarize(trace_dir, instructions, steps):
             if "Eigen" not in line.name:
                 continue
             for event in line.events:
-                if event.name not in instructions:  # runtime bookkeeping
+                if event.name not in parts:  # runtime bookkeeping
                     continue
                 interval = (event.start_ns, event.start_ns + event.duration_ns)
                 busy_intervals.append(interval)
-                op_name, is_matmul = instructions[event.name]
-                part = part_of(op_name, is_matmul)
+                op_name, part = op_names[event.name], parts[event.name]
                 busy[part] += event.duration_ns
                 if part in ("other element-wise", "matmul: other"):
-                    # The op path without the step's own prefix.
                     # The op path without the step's own prefix, or else
                     # the HLO instruction's kind ("copy", "transpose_fusion").
                     label = op_name.replace("jit(train_step)/", "") or (
