@@ -17,8 +17,9 @@ part of the model:
 * matrix products by layer (attention projections, attention scores,
   feed-forward, vocabulary projection) and the rest by kind (dropout random
   numbers, dropout masks, layer norms, the loss, the optimizer, ...);
-* "thread ms" is busy time summed over XLA's worker threads (two on a
-  2-core machine), per step;
+* "thread ms" is busy time summed over the threads that ran XLA
+  instructions (XLA's two workers on a 2-core machine, and the calling
+  thread for the instructions it runs inline), per step;
 * the wall time per step during which XLA's threads ran anything, the wall
   time during which at least one matrix product ran, and the training step
   as Keras runs it (`train_on_batch`, Python included).
@@ -180,10 +181,8 @@ def summarize(trace_dir, instructions, steps):
     matmul_intervals, busy_intervals = [], []
     for plane in profile.planes:
         for line in plane.lines:
-            # XLA's worker threads: "tf_XLAEigen/..." (JAX), "tf_numa_..._Eigen/..."
-            # (TensorFlow).
-            if "Eigen" not in line.name:
-                continue
+            # Every thread: XLA's workers ("tf_XLAEigen/...", "..._Eigen/...")
+            # run most instructions, the calling thread runs some inline.
             for event in line.events:
                 if event.name not in parts:  # runtime bookkeeping
                     continue
