@@ -42,6 +42,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import common  # noqa: E402
+
 # (substrings of the op_name, part), first match wins; matrix products and
 # element-wise work are told apart by the HLO instructions themselves.
 OTHER_PARTS = (
@@ -235,6 +237,7 @@ def main():
     parser.add_argument("--backend", default="jax", choices=["jax", "tensorflow"])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="tiny smoke config")
+    common.add_host_memory_flag(parser)
     parser.add_argument(
         "--show-unassigned",
         type=int,
@@ -242,6 +245,10 @@ def main():
         help="how many of the operations counted in no part to list",
     )
     args = parser.parse_args()
+    if args.backend == "jax" and not args.system_malloc:
+        # Under the profiler, `mallopt` options set after the imports do not
+        # reach every thread's allocations: set them at process start.
+        common.restart_with_malloc_environment()
 
     dump_dir = tempfile.mkdtemp(prefix="xla_dump_")
     # Before the backend starts: dump the optimized HLO of the train step
@@ -253,9 +260,8 @@ def main():
         + f" --xla_dump_to={dump_dir} --xla_dump_hlo_as_text"
         + f" --xla_dump_hlo_module_re=.*{step_module}.*"
     )
-    import common
-
-    common.select_backend(args.backend)
+    host_memory = common.select_backend(args.backend, args.system_malloc)
+    print(host_memory, flush=True)
     import keras
     import train_throughput
 

@@ -222,9 +222,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="jax", choices=["jax", "tensorflow"])
     parser.add_argument("--quick", action="store_true", help="tiny smoke config")
+    common.add_host_memory_flag(parser)
     parser.add_argument("--windows", type=int, default=None)
     args = parser.parse_args()
-    common.select_backend(args.backend)
+    host_memory = common.select_backend(args.backend, args.system_malloc)
+    print(host_memory, flush=True)
 
     import keras
 

@@ -153,7 +153,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    backend = select_backend(args.backend)
+    backend = select_backend(args.backend, restart=argv is None)
     import keras
     import numpy as np
 

@@ -153,6 +153,12 @@ def main(argv=None):
         os.environ["KERAS_BACKEND"] = args.backend
     os.environ.setdefault("KERAS_BACKEND", "jax")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if argv is None:  # A command-line run (tests call main with arguments).
+        import keras_attn
+
+        # Restarts this script (JAX only) with malloc options that let its
+        # per-step CPU buffers reuse memory instead of page-faulting.
+        keras_attn.reuse_freed_host_memory()
     config = None
     if args.command in ("train", "all"):
         try:

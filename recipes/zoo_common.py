@@ -54,8 +54,14 @@ def positive_int(text):
     return value
 
 
-def select_backend(backend):
-    """Sets `KERAS_BACKEND` before Keras is imported (no effect after)."""
+def select_backend(backend, restart=False):
+    """Sets `KERAS_BACKEND` before Keras is imported (no effect after).
+
+    With `restart=True` (a command-line run, not a call from a test), the
+    JAX backend then re-executes the script with the malloc options of
+    `keras_attn.reuse_freed_host_memory`, so that its per-step CPU buffers
+    reuse memory instead of page-faulting (docs/performance.md).
+    """
     if backend:
         os.environ["KERAS_BACKEND"] = backend
     os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -67,6 +73,10 @@ def select_backend(backend):
             f"--backend {backend} was asked for, but Keras was already imported "
             f"with the {keras.backend.backend()} backend in this process."
         )
+    if restart:
+        import keras_attn
+
+        keras_attn.reuse_freed_host_memory()
     return keras.backend.backend()
 
 

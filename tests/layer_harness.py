@@ -224,3 +224,18 @@ def gradient(fn, x, jit=True):
     else:
         raise NotImplementedError(f"gradient() does not support {backend}")
     return _to_numpy(grad)
+
+
+def assert_same_sgd_step(layer, reference, x, y):
+    """One SGD step of `layer` and of `reference` (equal weights) on `(x, y)`
+    must leave equal weights: their gradients agree.
+    """
+    updated = []
+    for each in (layer, reference):
+        inputs = keras.Input(x.shape[1:])
+        model = keras.Model(inputs, each(inputs))
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+        model.train_on_batch(x, y)
+        updated.append(each.get_weights())
+    for ours, theirs in zip(*updated):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)

@@ -1,5 +1,6 @@
 """Building blocks of the Transformer (Vaswani et al., 2017)."""
 
+from keras_attn.layers.attention_projection import AttentionProjection
 from keras_attn.layers.fast_dropout import FastDropout, fast_dropout
 from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.masking import causal_mask, merge_attention_masks
@@ -16,8 +17,10 @@ from keras_attn.layers.token_and_position_embedding import (
 )
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_attn.layers.vocabulary_projection import VocabularyProjection
 
 __all__ = [
+    "AttentionProjection",
     "FastDropout",
     "FeedForward",
     "MultiHeadAttention",
@@ -26,6 +29,7 @@ __all__ = [
     "TokenAndPositionEmbedding",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
+    "VocabularyProjection",
     "causal_mask",
     "fast_dropout",
     "merge_attention_masks",

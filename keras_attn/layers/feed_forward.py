@@ -1,6 +1,7 @@
 """Position-wise feed-forward network, section 3.3 of the paper."""
 
 import keras
+from keras import ops
 
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.validation import check_dropout_rate, check_positive_int
@@ -79,9 +80,13 @@ class FeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
-        hidden = self.intermediate_dense(inputs)  # (batch, length, d_ff)
+        # Position-wise: one 2-D product per layer over all positions, which
+        # XLA compiles to a cheaper backward pass (see `last_axis_matmul`).
+        flat = ops.reshape(inputs, (-1, inputs.shape[-1]))  # (batch * length, dim)
+        hidden = self.intermediate_dense(flat)  # (batch * length, d_ff)
         hidden = self.dropout_layer(hidden, training=training)
-        return self.output_dense(hidden)  # (batch, length, dim)
+        outputs = self.output_dense(hidden)  # (batch * length, dim)
+        return ops.reshape(outputs, ops.shape(inputs))  # (batch, length, dim)
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape

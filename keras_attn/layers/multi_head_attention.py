@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_attn.layers.attention_projection import AttentionProjection
 from keras_attn.layers.masking import merge_attention_masks
 from keras_attn.layers.scaled_dot_product_attention import (
     scaled_dot_product_attention,
@@ -114,7 +115,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.seed_generator = keras.random.SeedGenerator(seed=None)
 
     def _projection(self, equation, output_shape, bias_axes, name):
-        projection = keras.layers.EinsumDense(
+        projection = AttentionProjection(
             equation,
             output_shape=output_shape,
             bias_axes=bias_axes if self.use_bias else None,

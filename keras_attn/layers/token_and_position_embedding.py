@@ -10,6 +10,7 @@ from keras_attn.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
 from keras_attn.layers.validation import check_choice, check_positive_int
+from keras_attn.layers.vocabulary_projection import last_axis_matmul
 
 POSITION_KINDS = ("sinusoidal", "learned")
 
@@ -120,7 +121,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         if reverse:
             embeddings = ops.cast(self.token_embedding.embeddings, self.compute_dtype)
             # (batch, length, dim) @ (dim, vocabulary) -> (batch, length, vocabulary)
-            return ops.matmul(inputs, ops.transpose(embeddings))
+            return last_axis_matmul(inputs, ops.transpose(embeddings))
         tokens = self.token_embedding(inputs)
         if self.scale_by_sqrt_dim:
             tokens = tokens * ops.cast(math.sqrt(self.embedding_dim), tokens.dtype)

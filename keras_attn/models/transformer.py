@@ -8,6 +8,7 @@ from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbed
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import check_positive_int
+from keras_attn.layers.vocabulary_projection import VocabularyProjection
 from keras_attn.models.presets import TRANSFORMER_PRESETS, get_preset
 from keras_attn.models.token_inputs import check_same_batch_size, check_token_ids
 
@@ -200,7 +201,7 @@ class Transformer(keras.Model):
             "output_dense": (
                 None
                 if tie_embeddings
-                else keras.layers.Dense(vocabulary_size, dtype=dtype, name="logits")
+                else VocabularyProjection(vocabulary_size, dtype=dtype, name="logits")
             ),
         }
 

@@ -11,6 +11,7 @@ from keras_attn.layers.validation import (
     check_dropout_rate,
     check_positive_int,
 )
+from keras_attn.layers.vocabulary_projection import VocabularyProjection
 from keras_attn.models.token_inputs import check_token_ids
 from keras_attn.models.transformer_encoder_classifier import check_pad_id
 from keras_attn.models.zoo_presets import LM_PRESETS, preset_config
@@ -166,7 +167,7 @@ class TransformerLM(keras.Model):
             "logits": (
                 None
                 if tie_embeddings
-                else keras.layers.Dense(vocabulary_size, dtype=dtype, name="logits")
+                else VocabularyProjection(vocabulary_size, dtype=dtype, name="logits")
             ),
         }
 

@@ -1,0 +1,48 @@
+"""The pre-softmax projection to vocabulary logits as one 2-D product."""
+
+import keras
+
+from keras_attn.layers.last_axis_matmul import last_axis_matmul
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class VocabularyProjection(keras.layers.Dense):
+    """`keras.layers.Dense` over the last axis, computed as one 2-D product.
+
+    The same layer, weights and numbers as `keras.layers.Dense(units)`
+    (weights `kernel` `(hidden, units)` and `bias` `(units,)`, LoRA and
+    quantization included), made for the large pre-softmax projection of a
+    sequence model: inputs of rank 3 or more are flattened to
+    `(batch * length, hidden)` before the product, which XLA compiles to a
+    cheaper backward pass on the CPU (see `last_axis_matmul`).
+
+    Args:
+        units: int, the number of outputs (the vocabulary size).
+        **kwargs: the other arguments of `keras.layers.Dense`.
+
+    Call arguments:
+        inputs: float tensor `(..., hidden)`.
+
+    Returns:
+        float tensor `(..., units)`.
+
+    Example:
+
+    >>> project = keras_attn.layers.VocabularyProjection(100)
+    >>> tuple(project(keras.ops.ones((2, 5, 8))).shape)
+    (2, 5, 100)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017, section 3.4.
+    """
+
+    def __init__(self, units, **kwargs):
+        super().__init__(units, **kwargs)
+
+    def call(self, inputs, training=None):
+        if len(inputs.shape) <= 2:
+            return super().call(inputs, training=training)
+        outputs = last_axis_matmul(inputs, self.kernel, self.bias)
+        if self.activation is not None:
+            outputs = self.activation(outputs)
+        return outputs
