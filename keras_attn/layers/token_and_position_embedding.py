@@ -5,12 +5,12 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.layers.last_axis_matmul import last_axis_matmul
 from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
 from keras_attn.layers.validation import check_choice, check_positive_int
-from keras_attn.layers.vocabulary_projection import last_axis_matmul
 
 POSITION_KINDS = ("sinusoidal", "learned")
 
