@@ -7,7 +7,6 @@ the ratios are the result to read, not the absolute times.
 
 import os
 import statistics
-import sys
 import time
 
 
@@ -21,34 +20,12 @@ def add_host_memory_flag(parser):
     )
 
 
-# `keras_attn.host_memory.MALLOC_ENVIRONMENT`, spelled out so that scripts
-# can restart before anything imports Keras (`select_backend` checks it).
-MALLOC_ENVIRONMENT = {
-    "MALLOC_ARENA_MAX": "1",
-    "MALLOC_MMAP_MAX_": "0",
-    "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1),
-}
-
-
-def restart_with_malloc_environment():
-    """Re-runs this script with glibc's malloc options in its environment.
-
-    What `keras_attn.reuse_freed_host_memory` does, without importing Keras
-    first: `profile_step.py` restarts before it sets `XLA_FLAGS`, which
-    must precede the first `import keras`. Does nothing if they are set.
-    """
-    if all(os.environ.get(k) == v for k, v in MALLOC_ENVIRONMENT.items()):
-        return
-    os.environ.update(MALLOC_ENVIRONMENT)
-    os.execv(sys.executable, [sys.executable, *sys.argv])
-
-
 def select_backend(backend, system_malloc=False):
     """Sets `KERAS_BACKEND`; call before the first `import keras`.
 
-    Unless `system_malloc`, the JAX backend runs with the malloc options of
-    `keras_attn.reuse_freed_host_memory` (as the recipes do), set at process
-    start (`restart_with_malloc_environment`), for every model measured.
+    Unless `system_malloc`, calls `keras_attn.reuse_freed_host_memory`, as
+    the recipes do: on JAX it restarts the script with the malloc options,
+    for every model the script then measures.
 
     Returns:
         str, a line saying how host memory is allocated.
@@ -57,11 +34,8 @@ def select_backend(backend, system_malloc=False):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if system_malloc:
         return "host memory: glibc defaults (--system-malloc)"
-    if backend == "jax":
-        restart_with_malloc_environment()
     import keras_attn
 
-    assert MALLOC_ENVIRONMENT == keras_attn.host_memory.MALLOC_ENVIRONMENT
     if keras_attn.reuse_freed_host_memory(backend):
         return "host memory: keras_attn.reuse_freed_host_memory() applied"
     return f"host memory: allocator defaults ({backend} keeps its own)"

@@ -245,21 +245,20 @@ def main():
         help="how many of the operations counted in no part to list",
     )
     args = parser.parse_args()
-    if args.backend == "jax" and not args.system_malloc:
-        # Under the profiler, `mallopt` options set after the imports do not
-        # reach every thread's allocations: set them at process start.
-        common.restart_with_malloc_environment()
-
-    dump_dir = tempfile.mkdtemp(prefix="xla_dump_")
     # Before the backend starts: dump the optimized HLO of the train step
     # (for the op names; the module is `jit_train_step` on JAX and
-    # `..._one_step_on_data_...` on TensorFlow).
-    step_module = "train_step" if args.backend == "jax" else "one_step_on_data"
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "")
-        + f" --xla_dump_to={dump_dir} --xla_dump_hlo_as_text"
-        + f" --xla_dump_hlo_module_re=.*{step_module}.*"
-    )
+    # `..._one_step_on_data_...` on TensorFlow). When `select_backend` has
+    # restarted this script (JAX), the flags are in its environment already.
+    flags = os.environ.get("XLA_FLAGS", "")
+    dumped = re.search(r"--xla_dump_to=(\S+)", flags)
+    dump_dir = dumped.group(1) if dumped else tempfile.mkdtemp(prefix="xla_dump_")
+    if not dumped:
+        step_module = "train_step" if args.backend == "jax" else "one_step_on_data"
+        os.environ["XLA_FLAGS"] = (
+            flags
+            + f" --xla_dump_to={dump_dir} --xla_dump_hlo_as_text"
+            + f" --xla_dump_hlo_module_re=.*{step_module}.*"
+        )
     host_memory = common.select_backend(args.backend, args.system_malloc)
     print(host_memory, flush=True)
     import keras

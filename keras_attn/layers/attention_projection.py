@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.last_axis_matmul import last_axis_matmul
+
 # (batch, length, dim) x (dim, heads, head_dim) -> (batch, length, heads, head_dim)
 TO_HEADS = "abc,cde->abde"
 # (batch, length, heads, head_dim) x (heads, head_dim, dim) -> (batch, length, dim)
@@ -51,23 +53,19 @@ class AttentionProjection(keras.layers.EinsumDense):
         if not self._flattens():
             return super().call(inputs, training=training)
         kernel = self.kernel
+        bias = None if self.bias is None else ops.reshape(self.bias, (-1,))
         if self.equation == TO_HEADS:
-            # (batch * length, dim) x (dim, heads * head_dim)
-            flat = ops.reshape(inputs, (-1, inputs.shape[-1]))
-            outputs = ops.matmul(flat, ops.reshape(kernel, (kernel.shape[0], -1)))
-            if self.bias is not None:
-                outputs = outputs + ops.reshape(self.bias, (-1,))
+            # (dim, heads * head_dim)
+            matrix = ops.reshape(kernel, (kernel.shape[0], -1))
+            outputs = last_axis_matmul(inputs, matrix, bias)
             # (batch, length, heads, head_dim)
-            shape = (*ops.shape(inputs)[:-1], *kernel.shape[1:])
+            outputs = ops.reshape(outputs, (*ops.shape(inputs)[:-1], *kernel.shape[1:]))
         else:
-            # (batch * length, heads * head_dim) x (heads * head_dim, dim)
-            flat = ops.reshape(inputs, (-1, inputs.shape[-2] * inputs.shape[-1]))
-            outputs = ops.matmul(flat, ops.reshape(kernel, (-1, kernel.shape[-1])))
-            if self.bias is not None:
-                outputs = outputs + self.bias
-            # (batch, length, dim)
-            shape = (*ops.shape(inputs)[:-2], kernel.shape[-1])
-        outputs = ops.reshape(outputs, shape)
+            # (batch, length, heads * head_dim)
+            merged = ops.reshape(inputs, (*ops.shape(inputs)[:-2], -1))
+            # (heads * head_dim, dim)
+            matrix = ops.reshape(kernel, (-1, kernel.shape[-1]))
+            outputs = last_axis_matmul(merged, matrix, bias)  # (batch, length, dim)
         if self.activation is not None:
             outputs = self.activation(outputs)
         return outputs
