@@ -9,22 +9,45 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def plot_learning_curves(history_csv, path):
-    """Plots loss and masked accuracy per epoch from a `CSVLogger` file."""
-    with open(history_csv, newline="") as file:
-        rows = list(csv.DictReader(file))
+def _read_csv(path):
+    with open(path, newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def plot_learning_curves(history_csv, path, updates_csv=None):
+    """Plots loss, masked accuracy and (with `updates_csv`) the learning rate.
+
+    With `updates_csv` (written by `UpdateBudget`) the x axis counts
+    optimizer updates: the training loss every few updates (Keras's running
+    mean over the epoch so far) and the validation values at each epoch's
+    end; otherwise it counts epochs, from the `CSVLogger` file alone.
+    """
+    rows = _read_csv(history_csv)
     if not rows:
         return None
-    epochs = [int(row["epoch"]) + 1 for row in rows]
-    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for axis, metric in zip(axes, ("loss", "masked_accuracy")):
+    steps = _read_csv(updates_csv) if updates_csv and updates_csv.exists() else []
+    by_update = bool(steps) and "updates" in rows[0]
+    if by_update:
+        x_epochs = [int(row["updates"]) for row in rows]
+        x_label = "update"
+    else:
+        x_epochs = [int(row["epoch"]) + 1 for row in rows]
+        x_label = "epoch"
+    panels = ("loss", "masked_accuracy") + (("learning_rate",) if by_update else ())
+    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    for axis, metric in zip(axes, panels):
+        if by_update and metric in ("loss", "learning_rate"):
+            values = [(int(r["update"]), r[metric]) for r in steps if r[metric]]
+            label = "training (running epoch mean)" if metric == "loss" else None
+            axis.plot(*zip(*[(u, float(v)) for u, v in values]), "-", lw=1, label=label)
         for prefix, style in (("", "-o"), ("val_", "--s")):
             key = prefix + metric
-            if key in rows[0]:
-                axis.plot(epochs, [float(row[key]) for row in rows], style, label=key)
-        axis.set_xlabel("epoch")
+            if key in rows[0] and not (by_update and key == "loss"):
+                axis.plot(x_epochs, [float(r[key]) for r in rows], style, label=key)
+        axis.set_xlabel(x_label)
         axis.set_title(metric.replace("_", " "))
-        axis.legend()
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend()
         axis.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=120)

@@ -2,6 +2,7 @@
 
     python recipes/translate_multi30k.py all --setting quick
     python recipes/translate_multi30k.py train --setting full --output-dir runs/full
+    python recipes/translate_multi30k.py train --setting quick --set train_steps=500
     python recipes/translate_multi30k.py evaluate --output-dir runs/full
     python recipes/translate_multi30k.py translate --output-dir runs/full "A dog runs."
     echo "Two men talk." | python recipes/translate_multi30k.py translate
@@ -12,7 +13,8 @@ Every subcommand takes `--backend {jax,tensorflow}`. Training writes into
 backup that a restarted `train` resumes from, TensorBoard logs, the history
 and a learning-curve plot. Settings are data (`translation_config.py`);
 `--set key=value` overrides one (values are JSON literals or strings, never
-code). `--distribute {data,model}` and `--mesh` spread training over devices
+code). Training length is counted in optimizer updates (`train_steps`; or
+`epochs`), so a setting gives the same model on any machine. `--distribute {data,model}` and `--mesh` spread training over devices
 (docs/distribution.md).
 """
 
@@ -116,10 +118,11 @@ def parse_args(argv=None):
         sub.add_argument(
             "--average-last",
             type=positive_int,
-            default=1,
+            default=None,
             metavar="N",
             help="Evaluate the mean weights of the last N epoch checkpoints "
-            "(the paper averages the last 5 or 20). Default: 1, the final model.",
+            "(the paper averages the last 5 or 20). Default: the setting's "
+            "`average_checkpoints` (1 is the final model).",
         )
 
     train = commands.add_parser("train", help="Train (resumes if restarted).")

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 from plots import plot_attention, plot_learning_curves
 from translation_config import TranslationConfig
+from update_budget import UpdateBudget, fit_epochs
 from zoo_common import time_budget_callback
 
 import keras_attn
@@ -29,6 +30,7 @@ from keras_attn.training import (
     MaskedAccuracy,
     MaskedSparseCategoricalCrossentropy,
     TransformerSchedule,
+    average_checkpoints,
     paper_adam,
 )
 
@@ -56,15 +58,20 @@ def _tokenizer(config, output_dir, sources, targets):
     return tokenizer
 
 
+def learning_rate_schedule(config, hidden_dim):
+    return TransformerSchedule(
+        hidden_dim, config.warmup_steps, scale=config.learning_rate_scale
+    )
+
+
 def build_model(config, vocabulary_size):
     model = keras_attn.models.Transformer.from_preset(
         config.preset, vocabulary_size=vocabulary_size, **config.model_overrides()
     )
-    schedule = TransformerSchedule(
-        model.hidden_dim, config.warmup_steps, scale=config.learning_rate_scale
-    )
     model.compile(
-        optimizer=paper_adam(learning_rate=schedule),
+        optimizer=paper_adam(
+            learning_rate=learning_rate_schedule(config, model.hidden_dim)
+        ),
         loss=MaskedSparseCategoricalCrossentropy(
             label_smoothing=config.label_smoothing, ignore_class=model.pad_id
         ),
@@ -141,6 +148,8 @@ def train(
     train_data = dataset(sources, targets, True)
     stats = padding_statistics(train_data)
     print("Padding share of training batches:", json.dumps(stats))
+    batches_per_epoch = stats["batches"]
+    total_updates = config.train_steps or config.epochs * batches_per_epoch
     print(f"Distribution: {distribution}")
     # Build, compile and fit in the scope: on JAX it lays out the variables
     # and shards every batch; on TensorFlow it is the strategy's scope.
@@ -150,13 +159,31 @@ def train(
         (output_dir / "checkpoints").mkdir(exist_ok=True)
         backup = AtomicBackupAndRestore(output_dir / "backup", delete_checkpoint=False)
         resumed_epochs = backup.completed_epochs()
+        resumed_updates = backup.completed_updates()
+        if resumed_updates is None:  # A backup from before updates were counted.
+            resumed_updates = resumed_epochs * batches_per_epoch
         if resumed_epochs:
             print(
-                f"Resuming after epoch {resumed_epochs} from {output_dir / 'backup'}."
+                f"Resuming after epoch {resumed_epochs} ({resumed_updates:,} "
+                f"updates) from {output_dir / 'backup'}."
             )
+        epochs = fit_epochs(
+            total_updates, batches_per_epoch, resumed_epochs, resumed_updates
+        )
+        print(
+            f"Training for {total_updates:,} updates: {epochs} epochs of "
+            f"{batches_per_epoch} batches (the last one cut short where needed)."
+        )
         callbacks = [
             epoch_shuffle,
             backup,
+            # After the backup, whose restored update count it starts from;
+            # before CSVLogger, which then records `updates` per epoch.
+            UpdateBudget(
+                total_updates,
+                log_path=output_dir / "updates.csv",
+                learning_rate=learning_rate_schedule(config, model.hidden_dim),
+            ),
             keras.callbacks.ModelCheckpoint(
                 str(output_dir / "checkpoints" / "epoch_{epoch:03d}.keras")
             ),
@@ -172,7 +199,7 @@ def train(
             model.fit(
                 train_data,
                 validation_data=dataset(val_sources, val_targets, False),
-                epochs=config.epochs,
+                epochs=epochs,
                 callbacks=callbacks,
                 verbose=2 if config.preset == "transformer_tiny" else "auto",
             )
@@ -187,9 +214,14 @@ def train(
             ) from error
     minutes = (time.time() - start) / 60
     model.save(output_dir / "model.keras")
-    plot_learning_curves(output_dir / "history.csv", output_dir / "learning_curves.png")
+    plot_learning_curves(
+        output_dir / "history.csv",
+        output_dir / "learning_curves.png",
+        updates_csv=output_dir / "updates.csv",
+    )
     summary = {
         "training_minutes": round(minutes, 2),
+        "updates": int(model.optimizer.iterations),
         "parameters": model.count_params(),
     }
     (output_dir / "training.json").write_text(json.dumps(summary, indent=2))
@@ -197,23 +229,28 @@ def train(
     return model
 
 
-def average_checkpoints(model, checkpoint_paths):
-    """Sets `model`'s weights to the mean of the checkpoints' (paper, 6.1)."""
-    checkpoints = [
-        keras_attn.saving.load_model(path, compile=False).get_weights()
-        for path in checkpoint_paths
-    ]
-    model.set_weights([np.mean(weights, axis=0) for weights in zip(*checkpoints)])
+def load_config(output_dir):
+    """The `TranslationConfig` a run directory was trained with."""
+    stored = json.loads((Path(output_dir) / "config.json").read_text())
+    known = {field.name for field in dataclasses.fields(TranslationConfig)}
+    # Run directories from before training was counted in updates.
+    if stored.get("train_steps") is None and stored.get("epochs") is None:
+        stored["epochs"] = 1
+    return TranslationConfig(**{k: v for k, v in stored.items() if k in known})
 
 
-def load_translator(output_dir, strategy="beam", average_last=1):
+def load_translator(output_dir, strategy="beam", average_last=None):
+    """A `Translator` for a trained run; `average_last=None` uses the setting's
+    `average_checkpoints`."""
     output_dir = Path(output_dir)
     model_path = output_dir / "model.keras"
     if not model_path.exists():
         raise FileNotFoundError(
             f"No trained model at {model_path}: run the `train` subcommand first."
         )
-    config = TranslationConfig(**json.loads((output_dir / "config.json").read_text()))
+    config = load_config(output_dir)
+    if average_last is None:
+        average_last = config.average_checkpoints
     model = keras_attn.saving.load_model(model_path)
     if average_last > 1:
         paths = sorted((output_dir / "checkpoints").glob("epoch_*.keras"))
@@ -235,10 +272,16 @@ def load_translator(output_dir, strategy="beam", average_last=1):
 
 
 def evaluate(
-    output_dir, data_dir=None, split="test_2016_flickr", strategy="beam", average_last=1
+    output_dir,
+    data_dir=None,
+    split="test_2016_flickr",
+    strategy="beam",
+    average_last=None,
 ):
     output_dir = Path(output_dir)
     translator, config = load_translator(output_dir, strategy, average_last)
+    if average_last is None:
+        average_last = config.average_checkpoints
     sources, references = _load(data_dir, split, config.evaluation_pairs)
     progress = keras.utils.Progbar(len(sources), unit_name="sentence")
     hypotheses, start, chunk = [], time.time(), 256

@@ -6,9 +6,11 @@
   skips padding.
 - `MaskedAccuracy`: token accuracy that skips padding.
 - `AtomicBackupAndRestore`: resumable training whose backups survive kills.
+- `average_checkpoints`: the mean weights of the last checkpoints (6.1).
 """
 
 from keras_attn.training.backup import AtomicBackupAndRestore
+from keras_attn.training.checkpoint_averaging import average_checkpoints
 from keras_attn.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_attn.training.metrics import MaskedAccuracy
 from keras_attn.training.optimizers import paper_adam
@@ -19,5 +21,6 @@ __all__ = [
     "MaskedAccuracy",
     "MaskedSparseCategoricalCrossentropy",
     "TransformerSchedule",
+    "average_checkpoints",
     "paper_adam",
 ]

@@ -83,6 +83,14 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         metadata = self._read_metadata()
         return 0 if metadata is None else metadata["epoch"]
 
+    def completed_updates(self):
+        """How many optimizer updates the backup holds (0 when there is none).
+
+        Backups written before this count was recorded report `None`.
+        """
+        metadata = self._read_metadata()
+        return 0 if metadata is None else metadata.get("updates")
+
     def _read_metadata(self):
         if not self.metadata_path.exists():
             return None
@@ -139,8 +147,10 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             self._directory / weights_name,
             lambda path: self.model.save_weights(path, overwrite=True),
         )
+        optimizer = self.model.optimizer
         metadata = {
             "epoch": completed_epochs,
+            "updates": None if optimizer is None else int(optimizer.iterations),
             "weights": weights_name,
             "random_states": [
                 keras.ops.convert_to_numpy(v.value).tolist()

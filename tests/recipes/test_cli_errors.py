@@ -46,6 +46,8 @@ def test_usage_errors_exit_2_and_name_the_argument(argv, message, capsys):
         ("dropout=-0.1", "Received: dropout=-0.1"),
         ("learning_rate_scale=0", "`learning_rate_scale` must be a positive number"),
         ("time_budget_minutes=-5", "Received: time_budget_minutes=-5"),
+        ("train_steps=0", "`train_steps` must be a positive integer"),
+        ("average_checkpoints=0", "Received: average_checkpoints=0"),
     ],
 )
 def test_invalid_settings_are_rejected_by_name(override, message):
@@ -57,3 +59,25 @@ def test_invalid_settings_are_rejected_by_name(override, message):
 def test_translate_without_a_trained_model_names_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match=f"No trained model at {tmp_path}"):
         translate_multi30k.main(["translate", "--output-dir", str(tmp_path), "A dog."])
+
+
+def test_a_setting_names_one_training_length():
+    from translation_config import SETTINGS, TranslationConfig
+
+    # Either unit overrides a setting's length in the other unit.
+    assert SETTINGS["full"].replace(epochs=3).train_steps is None
+    assert SETTINGS["tiny"].replace(train_steps=7).epochs is None
+    with pytest.raises(ValueError, match="exactly one of `train_steps` and `epochs`"):
+        TranslationConfig(train_steps=10, epochs=2)
+    with pytest.raises(ValueError, match="Received: train_steps=None, epochs=None"):
+        TranslationConfig()
+
+
+def test_fit_epochs_counts_the_updates_a_backup_still_lacks():
+    from update_budget import fit_epochs
+
+    assert fit_epochs(100, 30, 0, 0) == 4  # 30 + 30 + 30 + 10
+    assert fit_epochs(100, 30, 2, 60) == 4  # resumed after two epochs
+    assert fit_epochs(100, 30, 4, 100) == 4  # done: no further epoch
+    # A run cut short at 35 updates, restarted for 70: 35 more updates.
+    assert fit_epochs(70, 30, 2, 35) == 4

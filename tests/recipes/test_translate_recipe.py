@@ -37,9 +37,25 @@ def trained(tmp_path_factory):
     backend = os.environ.get("KERAS_BACKEND", "jax")
     common = ["--backend", backend, "--output-dir", str(output_dir)]
     run_recipe("train", *common, "--setting", "tiny", "--set", "epochs=1")
-    # Restarting with more epochs resumes after the last completed epoch.
-    run_recipe("train", *common, "--setting", "tiny", "--set", "epochs=2")
+    # Restarting with a longer run resumes after the last completed epoch;
+    # counted in updates, the second epoch stops after 35 in all.
+    run_recipe("train", *common, "--setting", "tiny", "--set", "train_steps=35")
     return output_dir, common
+
+
+@pytest.mark.slow
+def test_training_stops_at_the_update_count_and_logs_each_update(trained):
+    output_dir, _ = trained
+    with open(output_dir / "history.csv", newline="") as file:
+        updates = [int(row["updates"]) for row in csv.DictReader(file)]
+    batches_per_epoch = updates[0]
+    assert batches_per_epoch < 35 <= 2 * batches_per_epoch  # 2 epochs, 1 cut.
+    assert updates == [batches_per_epoch, 35]
+    assert json.loads((output_dir / "training.json").read_text())["updates"] == 35
+    with open(output_dir / "updates.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert [int(row["update"]) for row in rows] == [25]  # Every 25 updates.
+    assert float(rows[0]["learning_rate"]) > 0 and float(rows[0]["loss"]) > 0
 
 
 @pytest.mark.slow

@@ -1,0 +1,82 @@
+"""average_checkpoints: the NumPy mean of checkpoint files, on any Keras model."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attn.training import average_checkpoints
+
+
+def make_model():
+    return keras.Sequential(
+        [keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)]
+    )
+
+
+def write_checkpoints(directory, count, suffix):
+    """Writes `count` checkpoints of random weights; returns paths and weights."""
+    model = make_model()
+    rng = np.random.default_rng(0)
+    paths, weights = [], []
+    for i in range(count):
+        values = [rng.normal(size=w.shape).astype("float32") for w in model.weights]
+        model.set_weights(values)
+        path = directory / f"epoch_{i}{suffix}"
+        if suffix == ".keras":
+            model.save(path)
+        else:
+            model.save_weights(path)
+        paths.append(path)
+        weights.append(values)
+    return paths, weights
+
+
+@pytest.mark.parametrize("suffix", [".keras", ".weights.h5"])
+def test_equals_the_numpy_mean_of_the_checkpoints(tmp_path, suffix):
+    paths, weights = write_checkpoints(tmp_path, 3, suffix)
+    model = make_model()
+    assert average_checkpoints(model, paths) is model
+    for averaged, *originals in zip(model.get_weights(), *weights):
+        np.testing.assert_allclose(averaged, np.mean(originals, axis=0), atol=1e-6)
+
+
+def test_one_checkpoint_loads_it_unchanged(tmp_path):
+    paths, weights = write_checkpoints(tmp_path, 2, ".weights.h5")
+    model = average_checkpoints(make_model(), paths[1:])
+    for loaded, original in zip(model.get_weights(), weights[1]):
+        np.testing.assert_array_equal(loaded, original)
+
+
+def test_averages_a_keras_attn_transformer(tmp_path):
+    from keras_attn.models import Transformer
+
+    model = Transformer.from_preset("transformer_tiny", vocabulary_size=20)
+    first = model.get_weights()
+    model.save_weights(tmp_path / "a.weights.h5")
+    model.set_weights([w + 1.0 for w in first])
+    model.save_weights(tmp_path / "b.weights.h5")
+    average_checkpoints(model, [tmp_path / "a.weights.h5", tmp_path / "b.weights.h5"])
+    for averaged, original in zip(model.get_weights(), first):
+        np.testing.assert_allclose(averaged, original + 0.5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "paths, error, message",
+    [
+        ([], ValueError, "Received: checkpoint_paths=[]"),
+        ("epoch_1.keras", TypeError, "must be a list"),
+        (["epoch_1.txt"], ValueError, "'epoch_1.txt'"),
+        (["missing.keras"], FileNotFoundError, "missing.keras"),
+    ],
+)
+def test_bad_paths_are_named(paths, error, message):
+    with pytest.raises(error, match=None) as info:
+        average_checkpoints(make_model(), paths)
+    assert message in str(info.value)
+
+
+def test_a_checkpoint_of_another_model_is_named(tmp_path):
+    other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(5)])
+    other.save_weights(tmp_path / "other.weights.h5")
+    with pytest.raises(ValueError, match="does not fit model"):
+        average_checkpoints(make_model(), [tmp_path / "other.weights.h5"])
