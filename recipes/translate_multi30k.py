@@ -185,6 +185,7 @@ def main(argv=None):
             args.split,
             args.strategy,
             args.average_last,
+            validation=args.command == "all",
         )
     if args.command == "all":
         steps.print_translations(args.output_dir, EXAMPLE_SENTENCES, "beam")

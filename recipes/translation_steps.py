@@ -277,11 +277,29 @@ def evaluate(
     split="test_2016_flickr",
     strategy="beam",
     average_last=None,
+    validation=False,
 ):
+    """Translates `split` (and with `validation=True`, first `val`) and
+    reports sacreBLEU and chrF; returns the report of `split`."""
     output_dir = Path(output_dir)
     translator, config = load_translator(output_dir, strategy, average_last)
     if average_last is None:
         average_last = config.average_checkpoints
+    for name in (["val"] if validation and split != "val" else []) + [split]:
+        report = _evaluate_split(
+            translator, config, output_dir, data_dir, name, strategy, average_last
+        )
+    save_attention_plot(
+        translator,
+        _load(data_dir, split, 1)[0][0],
+        output_dir / "cross_attention.png",
+    )
+    return report
+
+
+def _evaluate_split(
+    translator, config, output_dir, data_dir, split, strategy, average_last
+):
     sources, references = _load(data_dir, split, config.evaluation_pairs)
     progress = keras.utils.Progbar(len(sources), unit_name="sentence")
     hypotheses, start, chunk = [], time.time(), 256
@@ -302,7 +320,6 @@ def evaluate(
             {**dataclasses.asdict(report), "seconds": round(seconds, 1)}, indent=2
         )
     )
-    save_attention_plot(translator, sources[0], output_dir / "cross_attention.png")
     return report
 
 
