@@ -19,9 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The checkout's packages (keras_attn_recipes holds what recipes share).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zoo_common import (  # noqa: E402
+from keras_attn_recipes.zoo_common import (  # noqa: E402
     add_common_arguments,
     pad_to_batches,
     plot_history,

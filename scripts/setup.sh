@@ -9,4 +9,5 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet --editable ".[${extras}]"
+# constraints.txt pins the versions CI runs; pyproject.toml allows ranges.
+.venv/bin/python -m pip install --quiet -c constraints.txt --editable ".[${extras}]"

@@ -1,5 +1,6 @@
 """Functional Keras models built from `keras_attn.layers`."""
 
+from keras_attn.models.preset_io import list_presets
 from keras_attn.models.presets import TRANSFORMER_PRESETS
 from keras_attn.models.transformer import Transformer
 from keras_attn.models.transformer_encoder_classifier import (
@@ -23,5 +24,6 @@ __all__ = [
     "TransformerEncoderClassifier",
     "TransformerLM",
     "VisionTransformer",
+    "list_presets",
     "transformer_layout_map",
 ]

@@ -9,7 +9,8 @@ from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.vocabulary_projection import VocabularyProjection
-from keras_attn.models.presets import TRANSFORMER_PRESETS, get_preset
+from keras_attn.models.preset_io import PresetMixin
+from keras_attn.models.presets import TRANSFORMER_PRESETS
 from keras_attn.models.token_inputs import check_same_batch_size, check_token_ids
 
 
@@ -55,7 +56,7 @@ def _run_decoder(
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class Transformer(keras.Model):
+class Transformer(PresetMixin, keras.Model):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
     A functional model: inputs `encoder_tokens` `(batch, source_length)` and
@@ -273,24 +274,8 @@ class Transformer(keras.Model):
         """The (decoder) `TokenAndPositionEmbedding`."""
         return self._parts["decoder_embedding"]
 
-    @classmethod
-    def from_preset(cls, preset, vocabulary_size, **overrides):
-        """Builds a model from a named preset.
-
-        Args:
-            preset: one of `keras_attn.models.Transformer.presets`, e.g.
-                `"transformer_base"` or `"transformer_big"` (Table 3).
-            vocabulary_size: int, the shared vocabulary size.
-            **overrides: constructor arguments that replace the preset's.
-
-        Returns:
-            A `Transformer`.
-        """
-        config = get_preset(TRANSFORMER_PRESETS, preset)
-        config.update(overrides)
-        return cls(vocabulary_size=vocabulary_size, **config)
-
     presets = TRANSFORMER_PRESETS
+    preset_arguments = ("vocabulary_size",)
 
     # === Decoding with a key/value cache ===
 

@@ -12,8 +12,9 @@ from keras_attn.layers.validation import (
     check_dropout_rate,
     check_positive_int,
 )
+from keras_attn.models.preset_io import PresetMixin
 from keras_attn.models.token_inputs import check_token_ids
-from keras_attn.models.zoo_presets import ENCODER_CLASSIFIER_PRESETS, preset_config
+from keras_attn.models.zoo_presets import ENCODER_CLASSIFIER_PRESETS
 
 POOLINGS = ("cls", "mean")
 
@@ -56,7 +57,7 @@ def pool(sequence, padding_mask, pooling):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerEncoderClassifier(keras.Model):
+class TransformerEncoderClassifier(PresetMixin, keras.Model):
     """A Transformer encoder with a pooled classification head (BERT-style).
 
     Token ids go through a token + position embedding, a stack of
@@ -122,6 +123,7 @@ class TransformerEncoderClassifier(keras.Model):
     """
 
     presets = ENCODER_CLASSIFIER_PRESETS
+    preset_arguments = ("vocabulary_size", "num_classes")
 
     def __init__(
         self,
@@ -220,31 +222,6 @@ class TransformerEncoderClassifier(keras.Model):
         self.use_fused_attention = use_fused_attention
         self._parts = parts
         self._sequence_output = sequence
-
-    @classmethod
-    def from_preset(cls, preset, vocabulary_size=None, num_classes=None, **overrides):
-        """Builds a model from a named preset.
-
-        Args:
-            preset: a key of `TransformerEncoderClassifier.presets`, e.g.
-                `"encoder_classifier_small"` or `"bert_base"`.
-            vocabulary_size: int. Defaults to `None`, meaning the preset's
-                (only the published shapes fix one).
-            num_classes: int. Defaults to `None`, meaning the preset's.
-            **overrides: constructor arguments that replace the preset's.
-
-        Returns:
-            A `TransformerEncoderClassifier`.
-        """
-        config = preset_config(
-            cls.presets,
-            preset,
-            ("vocabulary_size", "num_classes"),
-            vocabulary_size=vocabulary_size,
-            num_classes=num_classes,
-        )
-        config.update(overrides)
-        return cls(**config)
 
     def call(self, inputs, training=None, mask=None):
         check_token_ids(inputs, "token_ids", self.vocabulary_size)

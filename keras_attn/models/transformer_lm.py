@@ -12,9 +12,10 @@ from keras_attn.layers.validation import (
     check_positive_int,
 )
 from keras_attn.layers.vocabulary_projection import VocabularyProjection
+from keras_attn.models.preset_io import PresetMixin
 from keras_attn.models.token_inputs import check_token_ids
 from keras_attn.models.transformer_encoder_classifier import check_pad_id
-from keras_attn.models.zoo_presets import LM_PRESETS, preset_config
+from keras_attn.models.zoo_presets import LM_PRESETS
 
 
 def _project_to_vocabulary(parts, hidden):
@@ -37,7 +38,7 @@ def _run(parts, token_ids, pad_id, training=None):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerLM(keras.Model):
+class TransformerLM(PresetMixin, keras.Model):
     """A decoder-only Transformer language model (GPT-style).
 
     The decoder of "Attention Is All You Need" without cross-attention:
@@ -99,6 +100,7 @@ class TransformerLM(keras.Model):
     """
 
     presets = LM_PRESETS
+    preset_arguments = ("vocabulary_size",)
 
     def __init__(
         self,
@@ -193,26 +195,6 @@ class TransformerLM(keras.Model):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.use_fused_attention = use_fused_attention
         self._parts = parts
-
-    @classmethod
-    def from_preset(cls, preset, vocabulary_size=None, **overrides):
-        """Builds a model from a named preset.
-
-        Args:
-            preset: a key of `TransformerLM.presets`, e.g. `"lm_small"` or
-                `"gpt2_small"`.
-            vocabulary_size: int. Defaults to `None`, meaning the preset's
-                (only `gpt2_small` fixes one).
-            **overrides: constructor arguments that replace the preset's.
-
-        Returns:
-            A `TransformerLM`.
-        """
-        config = preset_config(
-            cls.presets, preset, ("vocabulary_size",), vocabulary_size=vocabulary_size
-        )
-        config.update(overrides)
-        return cls(**config)
 
     def call(self, inputs, training=None, mask=None):
         check_token_ids(inputs, "token_ids", self.vocabulary_size)

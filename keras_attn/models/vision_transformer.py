@@ -13,7 +13,8 @@ from keras_attn.layers.validation import (
     check_dropout_rate,
     check_positive_int,
 )
-from keras_attn.models.zoo_presets import VIT_PRESETS, preset_config
+from keras_attn.models.preset_io import PresetMixin
+from keras_attn.models.zoo_presets import VIT_PRESETS
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -79,7 +80,7 @@ def _image_size(image_size):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class VisionTransformer(keras.Model):
+class VisionTransformer(PresetMixin, keras.Model):
     """The Vision Transformer: an encoder over image patches.
 
     The image is cut into non-overlapping `patch_size x patch_size` patches,
@@ -130,6 +131,7 @@ class VisionTransformer(keras.Model):
     """
 
     presets = VIT_PRESETS
+    preset_arguments = ("num_classes",)
 
     def __init__(
         self,
@@ -232,26 +234,6 @@ class VisionTransformer(keras.Model):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.use_fused_attention = use_fused_attention
         self.num_patches = num_patches
-
-    @classmethod
-    def from_preset(cls, preset, num_classes=None, **overrides):
-        """Builds a model from a named preset.
-
-        Args:
-            preset: a key of `VisionTransformer.presets`, e.g.
-                `"vit_digits"` or `"vit_base_patch16_224"`.
-            num_classes: int. Defaults to `None`, meaning the preset's (only
-                `vit_base_patch16_224` fixes one: ImageNet's 1,000).
-            **overrides: constructor arguments that replace the preset's.
-
-        Returns:
-            A `VisionTransformer`.
-        """
-        config = preset_config(
-            cls.presets, preset, ("num_classes",), num_classes=num_classes
-        )
-        config.update(overrides)
-        return cls(**config)
 
     def get_config(self):
         return {

@@ -4,13 +4,13 @@ A parallel corpus is a pair of files `{split}.{language}` (optionally gzipped,
 `{split}.{language}.gz`) in one directory, where line `i` of the source file
 translates line `i` of the target file. This is the layout of the Multi30k
 repository (`data/task1/raw`), of which the English-German task is vendored in
-`recipes/data/multi30k/`, and the layout your own data can use.
+`keras_attn/text/data/multi30k/` (package data), and the layout your own data can use.
 """
 
 import gzip
 from pathlib import Path
 
-MULTI30K_DIR = Path(__file__).parents[2] / "recipes" / "data" / "multi30k"
+MULTI30K_DIR = Path(__file__).resolve().parent / "data" / "multi30k"
 """Directory of the vendored Multi30k task 1 (English-German) raw text."""
 
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
@@ -135,7 +135,7 @@ def load_multi30k(split, source_language="en", target_language="de"):
     """Loads a split of the vendored Multi30k task 1 (English-German) data.
 
     Multi30k (Elliott et al., 2016) is provided for non-commercial research and
-    educational use; see `recipes/data/multi30k/README.md`.
+    educational use; see `keras_attn/text/data/multi30k/README.md`.
 
     Args:
         split: one of `"train"` (29,000 pairs), `"val"` (1,014) or

@@ -43,6 +43,8 @@ END_ID = 3
 MODEL_TYPES = ("unigram", "bpe")
 MODEL_FILE = "tokenizer.model"
 CONFIG_FILE = "tokenizer.json"
+# Where a preset directory keeps the model file (the keras-hub layout).
+PRESET_ASSETS_DIR = "assets/tokenizer"
 
 
 def _to_string_tensor(strings):
@@ -388,6 +390,62 @@ class SubwordTokenizer(tf.Module):
             json.dumps(self.get_config(), indent=2) + "\n", encoding="utf-8"
         )
 
+    def save_to_preset(self, directory):
+        """Writes the tokenizer into a preset directory.
+
+        `assets/tokenizer/tokenizer.model` is the SentencePiece model file;
+        `tokenizer.json` (at the top of the preset) holds `get_config()`
+        with the model file's path relative to the preset. A model's
+        `save_to_preset(directory, tokenizer=...)` calls this.
+
+        Args:
+            directory: a `str` or `pathlib.Path`; created if missing.
+        """
+        directory = Path(directory)
+        model_file = f"{PRESET_ASSETS_DIR}/{MODEL_FILE}"
+        (directory / PRESET_ASSETS_DIR).mkdir(parents=True, exist_ok=True)
+        (directory / model_file).write_bytes(self._model_proto)
+        config = {"class_name": type(self).__name__, **self.get_config()}
+        config["model_file"] = model_file
+        (directory / CONFIG_FILE).write_text(
+            json.dumps(config, indent=2) + "\n", encoding="utf-8"
+        )
+
+    @classmethod
+    def from_preset(cls, preset):
+        """Loads the tokenizer of a trained preset.
+
+        Args:
+            preset: the name of a shipped trained preset (see
+                `keras_attn.models.list_presets()`) or the path of a
+                directory written by a model's `save_to_preset` with a
+                tokenizer.
+
+        Returns:
+            A `SubwordTokenizer`.
+        """
+        from keras_attn.models.preset_io import preset_directory, read_preset_file
+
+        directory = preset_directory(preset)
+        if not (directory / CONFIG_FILE).is_file():
+            raise FileNotFoundError(
+                f"The preset directory {str(directory)!r} has no tokenizer: "
+                f"{CONFIG_FILE!r} is missing."
+            )
+        config = read_preset_file(directory, CONFIG_FILE)
+        model_file = (directory / str(config.get("model_file", ""))).resolve()
+        if directory.resolve() not in model_file.parents:
+            raise ValueError(
+                f"{str(directory / CONFIG_FILE)!r} must name a model file inside "
+                f"the preset. Received: model_file={config.get('model_file')!r}"
+            )
+        if not model_file.is_file():
+            raise FileNotFoundError(
+                f"The preset directory {str(directory)!r} has no tokenizer "
+                f"model: {str(model_file)!r} (named by {CONFIG_FILE!r}) is missing."
+            )
+        return cls._checked(model_file, directory / CONFIG_FILE, config)
+
     @classmethod
     def load(cls, directory):
         """Loads a tokenizer written by `save`.
@@ -406,15 +464,20 @@ class SubwordTokenizer(tf.Module):
                     f"{str(directory / file_name)!r} is missing."
                 )
         config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
-        tokenizer = cls((directory / MODEL_FILE).read_bytes())
+        return cls._checked(directory / MODEL_FILE, directory / CONFIG_FILE, config)
+
+    @classmethod
+    def _checked(cls, model_path, config_path, config):
+        """The tokenizer of `model_path`, checked against its `config`."""
+        tokenizer = cls(model_path.read_bytes())
         saved = {
             key: config.get(key) for key in ("vocabulary_size", "pad_id", "end_id")
         }
         actual = {key: tokenizer.get_config()[key] for key in saved}
         if saved != actual:
             raise ValueError(
-                f"{str(directory / CONFIG_FILE)!r} does not describe "
-                f"{str(directory / MODEL_FILE)!r}: the config says {saved}, "
+                f"{str(config_path)!r} does not describe "
+                f"{str(model_path)!r}: the config says {saved}, "
                 f"the model has {actual}."
             )
         return tokenizer

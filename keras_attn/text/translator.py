@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.generation import SequenceGenerator
+from keras_attn.text.tokenizer import SubwordTokenizer
 
 
 def _bucket_length(length, multiple):
@@ -74,6 +75,69 @@ class Translator:
             **options,
         )
 
+    @classmethod
+    def from_preset(
+        cls,
+        preset,
+        strategy="beam",
+        beam_size=None,
+        length_penalty_alpha=None,
+        dtype=None,
+        **options,
+    ):
+        """A `Translator` from a trained preset: its model and tokenizer.
+
+        Args:
+            preset: the name of a shipped trained preset, such as
+                `"multi30k_en_de"` (see `keras_attn.models.list_presets()`),
+                or the path of a directory written by
+                `Transformer.save_to_preset(directory, tokenizer=...)`.
+            strategy: `"beam"`, `"greedy"` or `"sample"`. Defaults to
+                `"beam"`.
+            beam_size: int. Defaults to `None`, meaning the preset's
+                (`metadata.json`'s `"decoding"`), else the generator's.
+            length_penalty_alpha: float. Defaults to `None`, meaning the
+                preset's, else the generator's.
+            dtype: the model's dtype policy, e.g. `"mixed_bfloat16"`.
+                Defaults to `None`, meaning the saved one (`float32`, also
+                for weights stored in float16).
+            **options: other `Translator` and decoding arguments
+                (`batch_size`, `max_source_length`, `top_k`, `seed`, ...).
+
+        Returns:
+            A `Translator`.
+
+        Example:
+
+        >>> translator = keras_attn.text.Translator.from_preset("multi30k_en_de")
+        >>> translator.translate(["A dog runs."])
+        ['Ein Hund rennt.']
+        """
+        from keras_attn.models import Transformer
+        from keras_attn.models.preset_io import (
+            METADATA_FILE,
+            preset_directory,
+            read_preset_file,
+        )
+
+        directory = preset_directory(preset, Transformer.presets)
+        overrides = {} if dtype is None else {"dtype": dtype}
+        model = Transformer.from_preset(directory, **overrides)
+        tokenizer = SubwordTokenizer.from_preset(directory)
+        if strategy == "beam":
+            saved = read_preset_file(directory, METADATA_FILE).get("decoding", {})
+            given = dict(beam_size=beam_size, length_penalty_alpha=length_penalty_alpha)
+            for name, value in given.items():
+                value = saved.get(name) if value is None else value
+                if value is not None:
+                    options.setdefault(name, value)
+        elif beam_size is not None or length_penalty_alpha is not None:
+            raise ValueError(
+                "`beam_size` and `length_penalty_alpha` apply to "
+                f'strategy="beam" only. Received: strategy={strategy!r}'
+            )
+        return cls(model, tokenizer, strategy=strategy, **options)
+
     def encode_sources(self, sentences):
         """Token ids (end id appended) per sentence, truncated with a warning."""
         ids = [
@@ -140,3 +204,7 @@ class Translator:
             dense[row, : len(ids)] = ids
         texts = self.tokenizer.detokenize(dense).numpy()
         return [text.decode("utf-8") for text in texts]
+
+    def generate(self, sentences):
+        """An alias of `translate`: a list of strings in, a list out."""
+        return self.translate(sentences)

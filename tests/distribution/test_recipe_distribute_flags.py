@@ -1,18 +1,11 @@
 """The translation recipe's `--distribute` / `--mesh` flags and its check that
 every length bucket's batch splits evenly over the replicas (no training)."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from keras_attn.distribution import TrainingDistribution
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
-
-import translate_multi30k  # noqa: E402
-import translation_steps  # noqa: E402
-from translation_config import SETTINGS  # noqa: E402
+from keras_attn_recipes import translate_multi30k, translation_steps
+from keras_attn_recipes.translation_config import SETTINGS
 
 
 @pytest.mark.parametrize("command", ["train", "all"])

@@ -1,13 +1,8 @@
 """Invalid command lines fail before anything trains, naming what is wrong."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
-
-import translate_multi30k  # noqa: E402
+from keras_attn_recipes import translate_multi30k
 
 
 @pytest.mark.parametrize(
@@ -62,7 +57,7 @@ def test_translate_without_a_trained_model_names_the_path(tmp_path):
 
 
 def test_a_setting_names_one_training_length():
-    from translation_config import SETTINGS, TranslationConfig
+    from keras_attn_recipes.translation_config import SETTINGS, TranslationConfig
 
     # Either unit overrides a setting's length in the other unit.
     assert SETTINGS["full"].replace(epochs=3).train_steps is None
@@ -74,7 +69,7 @@ def test_a_setting_names_one_training_length():
 
 
 def test_fit_epochs_counts_the_updates_a_backup_still_lacks():
-    from update_budget import fit_epochs
+    from keras_attn_recipes.update_budget import fit_epochs
 
     assert fit_epochs(100, 30, 0, 0) == 4  # 30 + 30 + 30 + 10
     assert fit_epochs(100, 30, 2, 60) == 4  # resumed after two epochs

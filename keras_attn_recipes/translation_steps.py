@@ -8,10 +8,6 @@ from pathlib import Path
 
 import keras
 import numpy as np
-from plots import plot_attention, plot_learning_curves
-from translation_config import TranslationConfig
-from update_budget import UpdateBudget, fit_epochs
-from zoo_common import time_budget_callback
 
 import keras_attn
 from keras_attn.text import (
@@ -33,6 +29,10 @@ from keras_attn.training import (
     average_checkpoints,
     paper_adam,
 )
+from keras_attn_recipes.plots import plot_attention, plot_learning_curves
+from keras_attn_recipes.translation_config import TranslationConfig
+from keras_attn_recipes.update_budget import UpdateBudget, fit_epochs
+from keras_attn_recipes.zoo_common import time_budget_callback
 
 
 def _load(data_dir, split, limit=None):

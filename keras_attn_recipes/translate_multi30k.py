@@ -1,0 +1,253 @@
+"""Train, evaluate and use an English-to-German Transformer on Multi30k.
+
+    python recipes/translate_multi30k.py all --setting quick
+    python recipes/translate_multi30k.py train --setting full --output-dir runs/full
+    python recipes/translate_multi30k.py train --setting quick --set train_steps=500
+    python recipes/translate_multi30k.py evaluate --output-dir runs/full
+    python recipes/translate_multi30k.py translate --output-dir runs/full "A dog runs."
+    echo "Two men talk." | python recipes/translate_multi30k.py translate
+    python recipes/translate_multi30k.py export --output-dir runs/full --output runs/full/saved_model
+    python recipes/translate_multi30k.py save-preset --output-dir runs/full --preset-dir presets/multi30k_en_de --average-last 5 --dtype float16
+
+Installed, the same command line is `keras-attn-translate ...`.
+
+Every subcommand takes `--backend {jax,tensorflow}`. Training writes into
+`--output-dir`: the tokenizer, `model.keras`, a checkpoint per epoch, a
+backup that a restarted `train` resumes from, TensorBoard logs, the history
+and a learning-curve plot. Settings are data (`translation_config.py`);
+`--set key=value` overrides one (values are JSON literals or strings, never
+code). Training length is counted in optimizer updates (`train_steps`; or
+`epochs`), so a setting gives the same model on any machine. `--distribute {data,model}` and `--mesh` spread training over devices
+(docs/distribution.md).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from keras_attn_recipes.translation_config import SETTINGS, TranslationConfig
+from keras_attn_recipes.zoo_common import positive_int
+
+EXAMPLE_SENTENCES = [
+    "A man in a blue shirt is riding a bike.",
+    "Two dogs are playing in the snow.",
+    "A little girl is eating an ice cream.",
+]
+
+
+def _parse_override(text):
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(
+            f"--set expects key=value. Received: --set {text!r}"
+        )
+    key, value = text.split("=", 1)
+    try:
+        value = json.loads(value)
+    except json.JSONDecodeError:
+        pass  # a plain string
+    return key.strip(), value
+
+
+def _parse_mesh(text):
+    try:
+        shape = tuple(int(n) for n in text.split(","))
+    except ValueError:
+        shape = ()
+    if not 1 <= len(shape) <= 2 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(
+            '--mesh expects positive integers "batch" or "batch,model" '
+            f'(e.g. "2,4"). Received: --mesh {text!r}'
+        )
+    return shape
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def common(sub):
+        sub.add_argument(
+            "--backend",
+            choices=("jax", "tensorflow"),
+            default=None,
+            help="Keras backend (default: $KERAS_BACKEND or jax).",
+        )
+        sub.add_argument("--output-dir", type=Path, default=Path("runs/multi30k"))
+        sub.add_argument(
+            "--data-dir",
+            type=Path,
+            default=None,
+            help="Directory of {split}.{en,de}[.gz] files "
+            "(default: the vendored Multi30k).",
+        )
+
+    def training(sub):
+        sub.add_argument("--setting", choices=sorted(SETTINGS), default="quick")
+        sub.add_argument(
+            "--set",
+            dest="overrides",
+            type=_parse_override,
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+        )
+        sub.add_argument(
+            "--distribute",
+            choices=("none", "data", "model"),
+            default="none",
+            help="Spread training over the devices: data parallel, or (JAX "
+            "only) Megatron-style model parallel too. See docs/distribution.md.",
+        )
+        sub.add_argument(
+            "--mesh",
+            type=_parse_mesh,
+            default=None,
+            metavar="BATCH[,MODEL]",
+            help='Device mesh, e.g. "2,4": 2-way data x 4-way model parallel '
+            "(default: every device on the batch axis for data, on the model "
+            "axis for model).",
+        )
+
+    def evaluation(sub):
+        sub.add_argument("--split", default="test_2016_flickr")
+        sub.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
+        sub.add_argument(
+            "--average-last",
+            type=positive_int,
+            default=None,
+            metavar="N",
+            help="Evaluate the mean weights of the last N epoch checkpoints "
+            "(the paper averages the last 5 or 20). Default: the setting's "
+            "`average_checkpoints` (1 is the final model).",
+        )
+
+    train = commands.add_parser("train", help="Train (resumes if restarted).")
+    common(train)
+    training(train)
+    evaluate = commands.add_parser("evaluate", help="BLEU and chrF on a split.")
+    common(evaluate)
+    evaluation(evaluate)
+    translate = commands.add_parser("translate", help="Translate sentences.")
+    common(translate)
+    translate.add_argument("sentences", nargs="*")
+    translate.add_argument("--input", type=Path, help="One sentence per line.")
+    translate.add_argument("--output", type=Path, help="Write here, not stdout.")
+    translate.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
+    export = commands.add_parser(
+        "export", help="Write a SavedModel that translates raw strings."
+    )
+    common(export)
+    export.add_argument("--output", type=Path, required=True, help="SavedModel dir.")
+    export.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
+    preset = commands.add_parser(
+        "save-preset",
+        help="Write the trained run as a preset (keras_attn.text.Translator."
+        "from_preset loads it).",
+    )
+    common(preset)
+    preset.add_argument(
+        "--preset-dir", type=Path, required=True, help="The preset directory."
+    )
+    preset.add_argument(
+        "--average-last",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="Save the mean weights of the last N epoch checkpoints. Default: "
+        "the setting's `average_checkpoints`.",
+    )
+    preset.add_argument(
+        "--dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="Weights stored in float16 take half the space and load as "
+        "float32 (default: float32).",
+    )
+    preset.add_argument(
+        "--description", default=None, help="One line for list_presets()."
+    )
+    everything = commands.add_parser("all", help="train, evaluate, translate.")
+    common(everything)
+    training(everything)
+    evaluation(everything)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.backend:
+        os.environ["KERAS_BACKEND"] = args.backend
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if argv is None:  # A command-line run (tests call main with arguments).
+        import keras_attn
+
+        # Restarts this script (JAX only) with malloc options that let its
+        # per-step CPU buffers reuse memory instead of page-faulting.
+        keras_attn.reuse_freed_host_memory()
+    config = None
+    if args.command in ("train", "all"):
+        try:
+            config = SETTINGS[args.setting].replace(**dict(args.overrides))
+        except (TypeError, ValueError) as error:
+            sys.exit(f"error: --set: {error}")
+    # Imported here so that --backend takes effect before Keras loads.
+    from keras_attn_recipes import translation_steps as steps
+
+    if config is not None:
+        try:
+            steps.train(
+                config, args.output_dir, args.data_dir, args.distribute, args.mesh
+            )
+        except steps.TrainingDiverged as error:
+            sys.exit(f"error: {error}")
+    if args.command in ("evaluate", "all"):
+        steps.evaluate(
+            args.output_dir,
+            args.data_dir,
+            args.split,
+            args.strategy,
+            args.average_last,
+            validation=args.command == "all",
+        )
+    if args.command == "all":
+        steps.print_translations(args.output_dir, EXAMPLE_SENTENCES, "beam")
+    if args.command == "export":
+        steps.export(args.output_dir, args.output, args.strategy)
+    if args.command == "save-preset":
+        from keras_attn_recipes.translation_preset import save_preset
+
+        save_preset(
+            args.output_dir,
+            args.preset_dir,
+            average_last=args.average_last,
+            dtype=None if args.dtype == "float32" else args.dtype,
+            description=args.description,
+            command=" ".join(["keras-attn-translate", *(argv or sys.argv[1:])]),
+        )
+    if args.command == "translate":
+        sentences = list(args.sentences)
+        if args.input:
+            sentences += args.input.read_text(encoding="utf-8").splitlines()
+        if not sentences and not sys.stdin.isatty():
+            sentences = sys.stdin.read().splitlines()
+        translations = steps.translate(args.output_dir, sentences, args.strategy)
+        text = "".join(line + "\n" for line in translations)
+        if args.output:
+            args.output.write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    start = time.time()
+    main()
+    print(f"Done in {time.time() - start:.0f} s.", file=sys.stderr)
+
+
+__all__ = ["TranslationConfig", "main", "parse_args"]

@@ -1,0 +1,142 @@
+"""`save-preset`: a trained translation run as a preset directory.
+
+Reads a run directory of `translate_multi30k.py train` (`model.keras`,
+`tokenizer/`, `config.json`, `checkpoints/epoch_*.keras`, `training.json`,
+`*.bleu.json`) and writes the model, its tokenizer and `metadata.json`
+(versions, backend, recipe, data and its licence, scores with their
+sacreBLEU signatures, parameter count) in the layout
+`keras_attn.text.Translator.from_preset` loads.
+"""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import keras
+
+from keras_attn_recipes.translation_config import SETTINGS
+from keras_attn_recipes.translation_steps import load_translator
+
+# What a shipped preset may weigh (the wheel carries it).
+MAX_WEIGHTS_MEGABYTES = 12
+
+DATA = {
+    "name": "Multi30k task 1, English-German (train 29,000 pairs)",
+    "citation": "Elliott et al., 2016, Multi30K: Multilingual English-German "
+    "Image Descriptions, https://aclanthology.org/W16-3210/",
+    "source": "https://github.com/multi30k/dataset (data/task1/raw)",
+    "license": "Multi30K is provided for non-commercial research and "
+    "educational use only (partly derived from Flickr30K); see "
+    "keras_attn/text/data/multi30k/README.md",
+}
+
+
+def _setting_name(config):
+    """The name of the setting `config` is, unchanged, or `None`."""
+    for name, setting in SETTINGS.items():
+        if dataclasses.asdict(setting) == dataclasses.asdict(config):
+            return name
+    return None
+
+
+def _scores(output_dir):
+    """Every `{split}.{strategy}[.avgN].bleu.json` of the run, by file stem."""
+    scores = {}
+    for path in sorted(Path(output_dir).glob("*.bleu.json")):
+        scores[path.name[: -len(".bleu.json")]] = json.loads(path.read_text())
+    return scores
+
+
+def save_preset(
+    output_dir,
+    preset_dir,
+    average_last=None,
+    dtype=None,
+    trained_on=None,
+    description=None,
+    command=None,
+):
+    """Writes the trained run in `output_dir` as a preset in `preset_dir`.
+
+    Args:
+        output_dir: the run directory.
+        preset_dir: the preset directory to write (created if missing).
+        average_last: int, average the last N epoch checkpoints. Defaults to
+            `None`, meaning the run's setting (`average_checkpoints`).
+        dtype: `"float16"` stores the weights at half size (they load as
+            float32). Defaults to `None` (float32).
+        trained_on: the backend the run trained on. Defaults to `None`,
+            meaning the run's `training.json` `"backend"`, else this one.
+        description: one line for `list_presets()`. Defaults to `None`, a
+            description made from the run.
+        command: the command line that wrote the preset, for the record.
+
+    Returns:
+        The preset directory, as a `pathlib.Path`.
+    """
+    output_dir, preset_dir = Path(output_dir), Path(preset_dir)
+    translator, config = load_translator(output_dir, "beam", average_last)
+    if average_last is None:
+        average_last = config.average_checkpoints
+    training_path = output_dir / "training.json"
+    training = json.loads(training_path.read_text()) if training_path.exists() else {}
+    setting = _setting_name(config)
+    scores = _scores(output_dir)
+    # The scores of exactly these weights (beam search, the same averaging).
+    stem = "test_2016_flickr.beam" + (f".avg{average_last}" if average_last > 1 else "")
+    model = translator.model
+    metadata = {
+        "description": description
+        or (
+            f"English-to-German Transformer ({model.count_params():,} parameters) "
+            f"trained on Multi30k with keras-attn's `{setting or 'custom'}` setting"
+            + (
+                f", mean of the last {average_last} checkpoints"
+                if average_last > 1
+                else ""
+            )
+        ),
+        "task": "translation",
+        "source_language": "en",
+        "target_language": "de",
+        "trained_on_backend": training.get("backend", trained_on)
+        or keras.backend.backend(),
+        "recipe": {
+            "train_command": (
+                f"keras-attn-translate train --setting {setting}"
+                if setting
+                else "keras-attn-translate train with `recipe_config` below"
+            ),
+            "save_command": command,
+            "average_last": average_last,
+            "training": training,
+        },
+        "recipe_config": dataclasses.asdict(config),
+        "data": DATA,
+        "decoding": {
+            "beam_size": config.beam_size,
+            "length_penalty_alpha": config.length_penalty_alpha,
+        },
+        "scores": scores,
+        "scores_of_these_weights": stem if stem in scores else None,
+    }
+    model.save_to_preset(
+        preset_dir,
+        tokenizer=translator.tokenizer,
+        metadata=metadata,
+        weights_dtype=dtype,
+    )
+    megabytes = (preset_dir / "model.weights.h5").stat().st_size / 2**20
+    print(f"Saved the preset to {preset_dir} ({megabytes:.1f} MB of weights).")
+    if megabytes > MAX_WEIGHTS_MEGABYTES:
+        print(
+            f"Warning: more than the {MAX_WEIGHTS_MEGABYTES} MB a shipped preset "
+            "may weigh; pass --dtype float16 to halve it."
+        )
+    if metadata["scores_of_these_weights"] is None:
+        print(
+            f"Warning: no {stem}.bleu.json in {output_dir}: the preset records no "
+            "score of these weights. Run `evaluate` (with the same --average-last) "
+            "first."
+        )
+    return preset_dir

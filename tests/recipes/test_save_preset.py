@@ -1,0 +1,97 @@
+"""`save-preset` turns a trained run directory into a preset that loads whole."""
+
+import dataclasses
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attn.models import Transformer
+from keras_attn.text import SubwordTokenizer, Translator, load_multi30k
+from keras_attn_recipes import translate_multi30k
+from keras_attn_recipes.translation_config import SETTINGS
+from keras_attn_recipes.translation_steps import load_translator
+
+SENTENCES = ["A dog runs.", "Two men talk in the street."]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A run directory as `train` leaves it, from an untrained tiny model."""
+    directory = tmp_path_factory.mktemp("run")
+    sources, targets = load_multi30k("val")
+    tokenizer = SubwordTokenizer.train(sources[:200] + targets[:200], 120)
+    tokenizer.save(directory / "tokenizer")
+    config = SETTINGS["tiny"].replace(vocabulary_size=tokenizer.vocabulary_size)
+    (directory / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
+    (directory / "training.json").write_text(json.dumps({"updates": 7}))
+    keras.utils.set_random_seed(0)
+    model = Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
+    )
+    (directory / "checkpoints").mkdir()
+    for epoch in (1, 2):
+        model.set_weights([w + 0.01 * epoch for w in model.get_weights()])
+        model.save(directory / "checkpoints" / f"epoch_{epoch:03d}.keras")
+    model.save(directory / "model.keras")
+    score = {"bleu": 1.5, "bleu_signature": "nrefs:1|case:mixed|tok:13a"}
+    (directory / "test_2016_flickr.beam.avg2.bleu.json").write_text(json.dumps(score))
+    return directory
+
+
+def test_save_preset_writes_a_preset_that_translates(run_dir, tmp_path, capsys):
+    preset_dir = tmp_path / "multi30k_en_de"
+    translate_multi30k.main(
+        [
+            "save-preset",
+            "--output-dir",
+            str(run_dir),
+            "--preset-dir",
+            str(preset_dir),
+            "--average-last",
+            "2",
+            "--dtype",
+            "float16",
+        ]
+    )
+    assert "Saved the preset" in capsys.readouterr().out
+    metadata = json.loads((preset_dir / "metadata.json").read_text())
+    assert metadata["weights_dtype"] == "float16"
+    assert metadata["tokenizer"] is True
+    assert metadata["scores_of_these_weights"] == "test_2016_flickr.beam.avg2"
+    score = metadata["scores"]["test_2016_flickr.beam.avg2"]
+    assert score["bleu_signature"].startswith("nrefs:1")
+    assert "non-commercial" in metadata["data"]["license"]
+    # The run's config is no named setting (its vocabulary differs): it is
+    # recorded whole.
+    assert "recipe_config" in metadata["recipe"]["train_command"]
+    assert metadata["recipe_config"]["vocabulary_size"] == 120
+    assert metadata["recipe"]["average_last"] == 2
+    assert metadata["decoding"]["beam_size"] == SETTINGS["tiny"].beam_size
+
+    # The preset holds the averaged weights (to float16 precision).
+    averaged, _ = load_translator(run_dir, "beam", average_last=2)
+    translator = Translator.from_preset(preset_dir)
+    for mine, saved in zip(averaged.model.weights, translator.model.weights):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(saved),
+            keras.ops.convert_to_numpy(mine),
+            rtol=1e-3,
+            atol=1e-3,
+        )
+    translations = translator.translate(SENTENCES)
+    assert len(translations) == 2 and all(isinstance(t, str) for t in translations)
+
+
+def test_save_preset_without_a_run_names_the_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No trained model at"):
+        translate_multi30k.main(
+            ["save-preset", "--output-dir", str(tmp_path), "--preset-dir", "p"]
+        )
+
+
+def test_preset_dir_is_required(capsys):
+    with pytest.raises(SystemExit):
+        translate_multi30k.parse_args(["save-preset"])
+    assert "--preset-dir" in capsys.readouterr().err

@@ -1,0 +1,85 @@
+"""A translator saved as a preset (model + SentencePiece tokenizer) loads whole."""
+
+import json
+
+import keras
+import pytest
+
+from keras_attn.models import Transformer
+from keras_attn.text import SubwordTokenizer, Translator, load_multi30k
+
+SENTENCES = ["A dog runs.", "", "Two men talk in the street."]
+
+
+@pytest.fixture(scope="module")
+def preset(tmp_path_factory):
+    sources, targets = load_multi30k("val")
+    tokenizer = SubwordTokenizer.train(sources[:200] + targets[:200], 120)
+    keras.utils.set_random_seed(0)
+    model = Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
+    )
+    directory = tmp_path_factory.mktemp("preset")
+    model.save_to_preset(
+        directory,
+        tokenizer=tokenizer,
+        metadata={"decoding": {"beam_size": 3, "length_penalty_alpha": 0.6}},
+    )
+    return directory, model, tokenizer
+
+
+def test_the_tokenizer_is_saved_in_the_keras_hub_layout(preset):
+    directory, _, tokenizer = preset
+    config = json.loads((directory / "tokenizer.json").read_text())
+    assert config["model_file"] == "assets/tokenizer/tokenizer.model"
+    assert config["vocabulary_size"] == tokenizer.vocabulary_size
+    loaded = SubwordTokenizer.from_preset(directory)
+    assert loaded.model_proto == tokenizer.model_proto
+    assert json.loads((directory / "metadata.json").read_text())["tokenizer"]
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_translator_from_preset_equals_the_one_it_was_saved_from(preset, strategy):
+    directory, model, tokenizer = preset
+    options = (
+        {"beam_size": 3, "length_penalty_alpha": 0.6} if strategy == "beam" else {}
+    )
+    expected = Translator(model, tokenizer, strategy=strategy, **options).translate(
+        SENTENCES
+    )
+    loaded = Translator.from_preset(str(directory), strategy=strategy)
+    assert loaded.translate(SENTENCES) == expected
+    assert loaded.generate(SENTENCES) == expected
+    assert loaded.translate(SENTENCES)[1] == ""
+    if strategy == "beam":  # the preset's decoding settings are its defaults
+        assert loaded.generator.options["beam_size"] == 3
+
+
+def test_a_preset_without_a_tokenizer_says_so(tmp_path, preset):
+    _, model, _ = preset
+    model.save_to_preset(tmp_path)
+    with pytest.raises(FileNotFoundError, match="has no tokenizer"):
+        Translator.from_preset(tmp_path)
+
+
+def test_missing_tokenizer_model_file_is_named(tmp_path, preset):
+    _, model, tokenizer = preset
+    model.save_to_preset(tmp_path, tokenizer=tokenizer)
+    (tmp_path / "assets" / "tokenizer" / "tokenizer.model").unlink()
+    with pytest.raises(FileNotFoundError, match="tokenizer.model"):
+        SubwordTokenizer.from_preset(tmp_path)
+
+
+def test_the_tokenizer_file_must_lie_inside_the_preset(tmp_path, preset):
+    _, model, tokenizer = preset
+    model.save_to_preset(tmp_path, tokenizer=tokenizer)
+    config = json.loads((tmp_path / "tokenizer.json").read_text())
+    config["model_file"] = "../elsewhere.model"
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="inside the preset"):
+        SubwordTokenizer.from_preset(tmp_path)
+
+
+def test_beam_options_with_greedy_are_refused(preset):
+    with pytest.raises(ValueError, match="Received: strategy='greedy'"):
+        Translator.from_preset(preset[0], strategy="greedy", beam_size=4)
