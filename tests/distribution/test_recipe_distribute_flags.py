@@ -46,7 +46,8 @@ def test_uneven_buckets_are_rejected_before_training_with_a_fix():
     message = str(error.value)
     assert "not divisible: [10, 21, 42]" in message
     assert "max_tokens_per_batch=N` with N a multiple of 1536" in message
-    # The README's quick setting (3072-token batches) splits over 8 devices.
-    translation_steps._check_batches_split_evenly(eight, SETTINGS["quick"])
+    # 3072-token batches (384 x 8) split over 8 devices.
+    quick_3072 = SETTINGS["quick"].replace(max_tokens_per_batch=3072)
+    translation_steps._check_batches_split_evenly(eight, quick_3072)
     tiny_fixed = SETTINGS["tiny"].replace(max_tokens_per_batch=1536)
     translation_steps._check_batches_split_evenly(eight, tiny_fixed)
