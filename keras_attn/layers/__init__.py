@@ -6,6 +6,7 @@ from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.masking import causal_mask, merge_attention_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.position_embedding import PositionEmbedding
+from keras_attn.layers.position_wise_dense import PositionwiseDense
 from keras_attn.layers.scaled_dot_product_attention import (
     scaled_dot_product_attention,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "FeedForward",
     "MultiHeadAttention",
     "PositionEmbedding",
+    "PositionwiseDense",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
     "TransformerDecoderBlock",

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers.last_axis_matmul import last_axis_matmul
+from keras_attn.layers.lora_saving import LoraSavingMixin
 
 # (batch, length, dim) x (dim, heads, head_dim) -> (batch, length, heads, head_dim)
 TO_HEADS = "abc,cde->abde"
@@ -12,7 +13,7 @@ FROM_HEADS = "abcd,cde->abe"
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class AttentionProjection(keras.layers.EinsumDense):
+class AttentionProjection(LoraSavingMixin, keras.layers.EinsumDense):
     """`keras.layers.EinsumDense` for attention heads, as one 2-D product.
 
     The same layer, weights and numbers as `keras.layers.EinsumDense` (and
@@ -22,6 +23,15 @@ class AttentionProjection(keras.layers.EinsumDense):
     is viewed as one `(dim, heads * head_dim)` or `(heads * head_dim, dim)`
     matrix and the product runs as `last_axis_matmul`, which XLA compiles to
     a cheaper backward pass. Any other equation runs as in `EinsumDense`.
+
+    Everything else is `EinsumDense`'s own: LoRA (`enable_lora`, read
+    through the `kernel` property, so the 2-D product includes it),
+    quantization (`quantize("int8")`, `"int4"`, `"float8"`, and so
+    `model.quantize(...)`: a quantized layer runs `EinsumDense`'s quantized
+    call, never this `call`) and dtype policies. One difference: a
+    LoRA-enabled layer saves its LoRA factors as they are, not merged into
+    the kernel, so a `.keras` file loads back into a LoRA-enabled layer
+    exactly (see `keras_attn.layers.lora_saving`).
 
     Args:
         equation: str, the einsum equation (see `keras.layers.EinsumDense`).
@@ -69,6 +79,18 @@ class AttentionProjection(keras.layers.EinsumDense):
         if self.activation is not None:
             outputs = self.activation(outputs)
         return outputs
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # `EinsumDense.quantize` refuses subclasses (they might replace the
+        # weights it quantizes); this one keeps `EinsumDense`'s weights, and
+        # a quantized layer runs `EinsumDense`'s quantized call.
+        if type_check and type(self) is not AttentionProjection:
+            raise NotImplementedError(
+                f"Layer {type(self).__name__} does not implement `quantize`: "
+                "a subclass of `AttentionProjection` must state that its "
+                f"weights are those of `EinsumDense`. Received: mode={mode}"
+            )
+        super().quantize(mode, type_check=False, config=config)
 
     def _flattens(self):
         """Whether `call` runs as one 2-D product (else as `EinsumDense`)."""

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers.fast_dropout import FastDropout
+from keras_attn.layers.position_wise_dense import PositionwiseDense
 from keras_attn.layers.validation import check_dropout_rate, check_positive_int
 
 
@@ -67,13 +68,13 @@ class FeedForward(keras.layers.Layer):
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
         )
-        self.intermediate_dense = keras.layers.Dense(
+        self.intermediate_dense = PositionwiseDense(
             self.intermediate_dim,
             activation=self.activation,
             name="intermediate_dense",
             **dense_args,
         )
-        self.output_dense = keras.layers.Dense(dim, name="output_dense", **dense_args)
+        self.output_dense = PositionwiseDense(dim, name="output_dense", **dense_args)
         self.dropout_layer = FastDropout(self.dropout, dtype=self.dtype_policy)
         self.intermediate_dense.build(inputs_shape)
         self.output_dense.build((*inputs_shape[:-1], self.intermediate_dim))

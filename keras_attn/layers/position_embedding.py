@@ -74,12 +74,20 @@ class PositionEmbedding(keras.layers.Layer):
                 f"{static_start}. Received: start_index={start_index}, "
                 f"inputs.shape={tuple(shape)}"
             )
-        # (length, dim)
-        embeddings = ops.slice(
-            ops.convert_to_tensor(self.position_embeddings),
-            (start_index, 0),
-            (length, shape[-1]),
-        )
+        if isinstance(length, int):
+            # (length, dim)
+            embeddings = ops.slice(
+                ops.convert_to_tensor(self.position_embeddings),
+                (start_index, 0),
+                (length, shape[-1]),
+            )
+        else:
+            # A symbolic length (a SavedModel export with dynamic shapes): a
+            # slice of it would need `length <= sequence_length`, which JAX's
+            # shape polymorphism cannot decide, so the rows are gathered.
+            positions = ops.add(ops.arange(length, dtype="int32"), start_index)
+            # (length, dim)
+            embeddings = ops.take(self.position_embeddings, positions, axis=0)
         return ops.broadcast_to(ops.cast(embeddings, self.compute_dtype), shape)
 
     def compute_output_shape(self, inputs_shape):

@@ -23,6 +23,13 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     tying, section 3.4): call the layer with `reverse=True` on hidden states
     to get logits `hidden @ embeddings^T`.
 
+    The token table is a `keras.layers.ReversibleEmbedding` (weights tied),
+    so Keras's quantization covers both uses: after `quantize("int8")` (or
+    `model.quantize("int8")`) the lookup and the reverse projection both
+    read the int8 table with its per-token scale, and the quantized layer
+    saves and loads as Keras's own. A float table (LoRA included) projects
+    as one 2-D product (see `last_axis_matmul`).
+
     The token embeddings are initialised with standard deviation
     `embedding_dim ** -0.5`, so that after the `sqrt(embedding_dim)` scaling
     of section 3.4 they have unit variance, like the position encodings.
@@ -95,9 +102,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             embeddings_initializer
             or keras.initializers.RandomNormal(stddev=embedding_dim**-0.5)
         )
-        self.token_embedding = keras.layers.Embedding(
+        self.token_embedding = keras.layers.ReversibleEmbedding(
             vocabulary_size,
             embedding_dim,
+            tie_weights=True,
             embeddings_initializer=self.embeddings_initializer,
             dtype=self.dtype_policy,
             name="token_embedding",
@@ -118,6 +126,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, start_index=0, reverse=False):
+        if reverse and self.token_embedding.quantization_mode is not None:
+            # Keras's quantized reverse projection (the table with its scale).
+            return self.token_embedding(inputs, reverse=True)
         if reverse:
             embeddings = ops.cast(self.token_embedding.embeddings, self.compute_dtype)
             # (batch, length, dim) @ (dim, vocabulary) -> (batch, length, vocabulary)

@@ -2,11 +2,12 @@
 
 import keras
 
-from keras_attn.layers.last_axis_matmul import last_axis_matmul
+from keras_attn.layers.last_axis_matmul import last_axis_matmul  # noqa: F401
+from keras_attn.layers.position_wise_dense import PositionwiseDense
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class VocabularyProjection(keras.layers.Dense):
+class VocabularyProjection(PositionwiseDense):
     """`keras.layers.Dense` over the last axis, computed as one 2-D product.
 
     The same layer, weights and numbers as `keras.layers.Dense(units)`
@@ -14,7 +15,10 @@ class VocabularyProjection(keras.layers.Dense):
     quantization included), made for the large pre-softmax projection of a
     sequence model: inputs of rank 3 or more are flattened to
     `(batch * length, hidden)` before the product, which XLA compiles to a
-    cheaper backward pass on the CPU (see `last_axis_matmul`).
+    cheaper backward pass on the CPU (see `last_axis_matmul`). A quantized
+    layer (`quantize("int8")`, `"int4"`, `"float8"`, or `model.quantize`)
+    runs `Dense`'s own quantized call; a LoRA-enabled layer saves its
+    factors unmerged (see `keras_attn.layers.PositionwiseDense`).
 
     Args:
         units: int, the number of outputs (the vocabulary size).
@@ -36,13 +40,4 @@ class VocabularyProjection(keras.layers.Dense):
         Vaswani et al., "Attention Is All You Need", 2017, section 3.4.
     """
 
-    def __init__(self, units, **kwargs):
-        super().__init__(units, **kwargs)
-
-    def call(self, inputs, training=None):
-        if len(inputs.shape) <= 2:
-            return super().call(inputs, training=training)
-        outputs = last_axis_matmul(inputs, self.kernel, self.bias)
-        if self.activation is not None:
-            outputs = self.activation(outputs)
-        return outputs
+    _keeps_dense_weights = True

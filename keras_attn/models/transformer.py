@@ -9,6 +9,7 @@ from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.vocabulary_projection import VocabularyProjection
+from keras_attn.models.model_features import ModelFeaturesMixin
 from keras_attn.models.preset_io import PresetMixin
 from keras_attn.models.presets import TRANSFORMER_PRESETS
 from keras_attn.models.token_inputs import check_same_batch_size, check_token_ids
@@ -56,7 +57,7 @@ def _run_decoder(
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class Transformer(PresetMixin, keras.Model):
+class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
     A functional model: inputs `encoder_tokens` `(batch, source_length)` and
@@ -376,7 +377,7 @@ class Transformer(PresetMixin, keras.Model):
         return logits, {**cache, "self_attention": tuple(self_caches)}
 
     def get_config(self):
-        return {
+        config = {
             "name": self.name,
             "trainable": self.trainable,
             "vocabulary_size": self.vocabulary_size,
@@ -396,12 +397,9 @@ class Transformer(PresetMixin, keras.Model):
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "use_fused_attention": self.use_fused_attention,
-            "dtype": keras.dtype_policies.serialize(self._layers_dtype_policy),
         }
+        return self._features_config(config)
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return cls._from_features_config(config)

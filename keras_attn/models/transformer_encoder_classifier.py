@@ -12,6 +12,7 @@ from keras_attn.layers.validation import (
     check_dropout_rate,
     check_positive_int,
 )
+from keras_attn.models.model_features import ModelFeaturesMixin
 from keras_attn.models.preset_io import PresetMixin
 from keras_attn.models.token_inputs import check_token_ids
 from keras_attn.models.zoo_presets import ENCODER_CLASSIFIER_PRESETS
@@ -57,7 +58,7 @@ def pool(sequence, padding_mask, pooling):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerEncoderClassifier(PresetMixin, keras.Model):
+class TransformerEncoderClassifier(PresetMixin, ModelFeaturesMixin, keras.Model):
     """A Transformer encoder with a pooled classification head (BERT-style).
 
     Token ids go through a token + position embedding, a stack of
@@ -221,6 +222,11 @@ class TransformerEncoderClassifier(PresetMixin, keras.Model):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.use_fused_attention = use_fused_attention
         self._parts = parts
+        # The layers' policy (a functional model's own `dtype_policy` is
+        # always the global one, so `get_config` cannot use it).
+        self._layers_dtype_policy = keras.dtype_policies.get(
+            dtype if dtype is not None else keras.config.dtype_policy()
+        )
         self._sequence_output = sequence
 
     def call(self, inputs, training=None, mask=None):
@@ -253,7 +259,7 @@ class TransformerEncoderClassifier(PresetMixin, keras.Model):
         return _encode(self._parts, token_ids, self.pad_id, training)
 
     def get_config(self):
-        return {
+        config = {
             "name": self.name,
             "trainable": self.trainable,
             "vocabulary_size": self.vocabulary_size,
@@ -272,12 +278,9 @@ class TransformerEncoderClassifier(PresetMixin, keras.Model):
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "use_fused_attention": self.use_fused_attention,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
         }
+        return self._features_config(config)
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return cls._from_features_config(config)

@@ -12,6 +12,7 @@ from keras_attn.layers.validation import (
     check_positive_int,
 )
 from keras_attn.layers.vocabulary_projection import VocabularyProjection
+from keras_attn.models.model_features import ModelFeaturesMixin
 from keras_attn.models.preset_io import PresetMixin
 from keras_attn.models.token_inputs import check_token_ids
 from keras_attn.models.transformer_encoder_classifier import check_pad_id
@@ -38,7 +39,7 @@ def _run(parts, token_ids, pad_id, training=None):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerLM(PresetMixin, keras.Model):
+class TransformerLM(PresetMixin, ModelFeaturesMixin, keras.Model):
     """A decoder-only Transformer language model (GPT-style).
 
     The decoder of "Attention Is All You Need" without cross-attention:
@@ -195,6 +196,11 @@ class TransformerLM(PresetMixin, keras.Model):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.use_fused_attention = use_fused_attention
         self._parts = parts
+        # The layers' policy (a functional model's own `dtype_policy` is
+        # always the global one, so `get_config` cannot use it).
+        self._layers_dtype_policy = keras.dtype_policies.get(
+            dtype if dtype is not None else keras.config.dtype_policy()
+        )
 
     def call(self, inputs, training=None, mask=None):
         check_token_ids(inputs, "token_ids", self.vocabulary_size)
@@ -265,7 +271,7 @@ class TransformerLM(PresetMixin, keras.Model):
         return logits, {**cache, "self_attention": tuple(caches)}
 
     def get_config(self):
-        return {
+        config = {
             "name": self.name,
             "trainable": self.trainable,
             "vocabulary_size": self.vocabulary_size,
@@ -283,12 +289,9 @@ class TransformerLM(PresetMixin, keras.Model):
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "use_fused_attention": self.use_fused_attention,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
         }
+        return self._features_config(config)
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return cls._from_features_config(config)

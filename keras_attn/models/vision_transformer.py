@@ -13,6 +13,7 @@ from keras_attn.layers.validation import (
     check_dropout_rate,
     check_positive_int,
 )
+from keras_attn.models.model_features import ModelFeaturesMixin
 from keras_attn.models.preset_io import PresetMixin
 from keras_attn.models.zoo_presets import VIT_PRESETS
 
@@ -80,7 +81,7 @@ def _image_size(image_size):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class VisionTransformer(PresetMixin, keras.Model):
+class VisionTransformer(PresetMixin, ModelFeaturesMixin, keras.Model):
     """The Vision Transformer: an encoder over image patches.
 
     The image is cut into non-overlapping `patch_size x patch_size` patches,
@@ -234,9 +235,14 @@ class VisionTransformer(PresetMixin, keras.Model):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.use_fused_attention = use_fused_attention
         self.num_patches = num_patches
+        # The layers' policy (a functional model's own `dtype_policy` is
+        # always the global one, so `get_config` cannot use it).
+        self._layers_dtype_policy = keras.dtype_policies.get(
+            dtype if dtype is not None else keras.config.dtype_policy()
+        )
 
     def get_config(self):
-        return {
+        config = {
             "name": self.name,
             "trainable": self.trainable,
             "num_classes": self.num_classes,
@@ -252,12 +258,9 @@ class VisionTransformer(PresetMixin, keras.Model):
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "use_fused_attention": self.use_fused_attention,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
         }
+        return self._features_config(config)
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return cls._from_features_config(config)
