@@ -168,6 +168,7 @@ class PresetMixin:
                 f"{expected}: load it with that class's `from_preset`."
             )
         config = {**config, "config": {**config["config"], **overrides}}
+        config.pop("compile_config", None)  # See `save_to_preset`.
         model = keras.saving.deserialize_keras_object(config, safe_mode=True)
         if load_weights:
             weights_path = directory / WEIGHTS_FILE
@@ -232,6 +233,10 @@ class PresetMixin:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         config = keras.saving.serialize_keras_object(self)
+        # A preset is an inference artefact: the training run's optimizer
+        # and loss stay with the run (a compiled config would rebuild an
+        # optimizer whose state the weights file does not hold).
+        config.pop("compile_config", None)
         (directory / CONFIG_FILE).write_text(
             json.dumps(config, indent=2) + "\n", encoding="utf-8"
         )
