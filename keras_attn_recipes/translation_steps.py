@@ -286,14 +286,10 @@ def evaluate(
     if average_last is None:
         average_last = config.average_checkpoints
     for name in (["val"] if validation and split != "val" else []) + [split]:
-        report = _evaluate_split(
+        report, first_source = _evaluate_split(
             translator, config, output_dir, data_dir, name, strategy, average_last
         )
-    save_attention_plot(
-        translator,
-        _load(data_dir, split, 1)[0][0],
-        output_dir / "cross_attention.png",
-    )
+    save_attention_plot(translator, first_source, output_dir / "cross_attention.png")
     return report
 
 
@@ -320,7 +316,7 @@ def _evaluate_split(
             {**dataclasses.asdict(report), "seconds": round(seconds, 1)}, indent=2
         )
     )
-    return report
+    return report, sources[0]
 
 
 def cross_attention(model, source_ids, target_ids):
