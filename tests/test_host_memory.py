@@ -80,6 +80,12 @@ def test_interactive_session_is_not_restarted(monkeypatch):
 
 
 @glibc_linux
+@pytest.mark.skipif(
+    os.environ.get("KERAS_BACKEND") != "jax",
+    reason="measures a JAX process: run once, in the JAX suite (run beside it "
+    "from the TensorFlow suite it showed a second fault mode, 6,600 faults per "
+    "call, twice; the cause is not known)",
+)
 def test_jax_steps_reuse_their_temporary_buffer():
     pytest.importorskip("jax")
     reused = _run("reuse")
