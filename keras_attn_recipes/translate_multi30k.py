@@ -28,7 +28,16 @@ import sys
 import time
 from pathlib import Path
 
-from keras_attn_recipes.translation_config import SETTINGS, TranslationConfig
+from keras_attn_recipes.cli_io import (
+    InputError,
+    check_output_writable,
+    collect_sentences,
+)
+from keras_attn_recipes.translation_config import (
+    SETTINGS,
+    TranslationConfig,
+    check_resumable,
+)
 from keras_attn_recipes.zoo_common import positive_int
 
 EXAMPLE_SENTENCES = [
@@ -196,6 +205,21 @@ def main(argv=None):
             config = SETTINGS[args.setting].replace(**dict(args.overrides))
         except (TypeError, ValueError) as error:
             sys.exit(f"error: --set: {error}")
+        try:
+            check_resumable(config, args.output_dir)
+        except ValueError as error:
+            sys.exit(f"error: {error}")
+    sentences = None
+    if args.command == "translate":
+        # Inputs and the output are checked before the model loads.
+        try:
+            sentences = collect_sentences(
+                args.sentences, args.input, sys.stdin is None or sys.stdin.isatty()
+            )
+            if args.output:
+                check_output_writable(args.output)
+        except InputError as error:
+            sys.exit(f"error: {error}")
     # Imported here so that --backend takes effect before Keras loads.
     from keras_attn_recipes import translation_steps as steps
 
@@ -231,11 +255,6 @@ def main(argv=None):
             command=" ".join(["keras-attn-translate", *(argv or sys.argv[1:])]),
         )
     if args.command == "translate":
-        sentences = list(args.sentences)
-        if args.input:
-            sentences += args.input.read_text(encoding="utf-8").splitlines()
-        if not sentences and not sys.stdin.isatty():
-            sentences = sys.stdin.read().splitlines()
         translations = steps.translate(args.output_dir, sentences, args.strategy)
         text = "".join(line + "\n" for line in translations)
         if args.output:

@@ -1,6 +1,24 @@
 """Settings of the Multi30k translation recipe: plain data, overridable."""
 
 import dataclasses
+import json
+import math
+from pathlib import Path
+
+# Settings that a resumed `train` may change: how long to train, the safety
+# stop, and what evaluation does. Any other difference from a run
+# directory's `config.json` describes another model or another data order.
+RESUMABLE_CHANGES = frozenset(
+    {
+        "train_steps",
+        "epochs",
+        "time_budget_minutes",
+        "beam_size",
+        "length_penalty_alpha",
+        "average_checkpoints",
+        "evaluation_pairs",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +56,24 @@ class TranslationConfig:
     seed: int = 0
 
     def __post_init__(self):
+        if not isinstance(self.preset, str):
+            raise ValueError(
+                f"`preset` must be a preset name. Received: preset={self.preset!r}"
+            )
+        if not isinstance(self.normalize_first, bool):
+            raise ValueError(
+                "`normalize_first` must be true or false. "
+                f"Received: normalize_first={self.normalize_first!r}"
+            )
+        if (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not 0 <= self.seed < 2**32
+        ):
+            raise ValueError(
+                "`seed` must be an integer in [0, 2**32). "
+                f"Received: seed={self.seed!r}"
+            )
         if (self.train_steps is None) == (self.epochs is None):
             raise ValueError(
                 "Give exactly one of `train_steps` and `epochs`. Received: "
@@ -70,7 +106,7 @@ class TranslationConfig:
             value = getattr(self, name)
             if value is None and name == "dropout":
                 continue
-            if not isinstance(value, (int, float)) or not low <= value < high:
+            if not _is_number(value) or not low <= value < high:
                 raise ValueError(
                     f"`{name}` must be a number in [{low}, {high}). "
                     f"Received: {name}={value!r}"
@@ -79,9 +115,10 @@ class TranslationConfig:
             value = getattr(self, name)
             if value is None and name == "time_budget_minutes":
                 continue
-            if not isinstance(value, (int, float)) or not value > 0:
+            if not _is_number(value) or not 0 < value < math.inf:
                 raise ValueError(
-                    f"`{name}` must be a positive number. Received: {name}={value!r}"
+                    f"`{name}` must be a positive number (finite). "
+                    f"Received: {name}={value!r}"
                 )
 
     def model_overrides(self):
@@ -113,7 +150,64 @@ class TranslationConfig:
                 f"Unknown setting(s) {unknown}. Known: "
                 f"{sorted(f.name for f in dataclasses.fields(self))}"
             )
+        if "preset" in changes:
+            _check_preset(changes["preset"])
         return dataclasses.replace(self, **changes)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_preset(name):
+    # Imported here: the recipe package loads no Keras at import time, so
+    # that `--backend` takes effect first.
+    from keras_attn.models.presets import TRANSFORMER_PRESETS
+
+    if name not in TRANSFORMER_PRESETS:
+        raise ValueError(
+            f"Unknown `preset`. Known: {sorted(TRANSFORMER_PRESETS)}. "
+            f"Received: preset={name!r}"
+        )
+
+
+def check_resumable(config, output_dir):
+    """Refuses to train `config` into a run directory made with other settings.
+
+    A run directory's `config.json` describes the model its tokenizer,
+    checkpoints and backup hold. `train` resumes from that backup, so a
+    different model setting would first overwrite the description and then
+    fail to restore (or train a different model on the old tokenizer).
+    Only `RESUMABLE_CHANGES` may differ. Nothing is written.
+
+    Raises:
+        ValueError: naming each differing setting with both values.
+    """
+    path = Path(output_dir) / "config.json"
+    if not path.is_file():
+        return
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(
+            f"{path} is not a readable run configuration ({error}). Choose "
+            "another --output-dir, or delete the directory to start over."
+        ) from None
+    requested = dataclasses.asdict(config)
+    differing = [
+        f"{name}: {stored[name]!r} in {path.name}, {requested[name]!r} requested"
+        for name in requested
+        if name in stored
+        and name not in RESUMABLE_CHANGES
+        and stored[name] != requested[name]
+    ]
+    if differing:
+        raise ValueError(
+            f"{output_dir} holds a run trained with other settings; `train` "
+            "would resume it, so it refuses to change them. Differing: "
+            + "; ".join(differing)
+            + ". Use another --output-dir, or the run's own settings."
+        )
 
 
 # The published text-only baseline's model ("transformer_tiny" of fairseq):

@@ -30,7 +30,7 @@ from keras_attn.training import (
     paper_adam,
 )
 from keras_attn_recipes.plots import plot_attention, plot_learning_curves
-from keras_attn_recipes.translation_config import TranslationConfig
+from keras_attn_recipes.translation_config import TranslationConfig, check_resumable
 from keras_attn_recipes.update_budget import UpdateBudget, fit_epochs
 from keras_attn_recipes.zoo_common import time_budget_callback
 
@@ -108,6 +108,8 @@ class TrainingDiverged(RuntimeError):
 def train(
     config: TranslationConfig, output_dir, data_dir=None, distribute="none", mesh=None
 ):
+    # Before anything is written: a run directory keeps the settings it has.
+    check_resumable(config, output_dir)
     # First, before anything runs on a device (multi-process set-up needs it).
     distribution = keras_attn.distribution.configure(distribute, mesh_shape=mesh)
     if distribution.num_processes > 1:

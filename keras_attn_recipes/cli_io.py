@@ -1,0 +1,106 @@
+"""Sentences in and translations out for the recipe's command line.
+
+Everything here is checked before any model loads: a bad input file or an
+output that cannot be written fails in a second, naming the path, not after
+a translation that took minutes.
+"""
+
+import sys
+from pathlib import Path
+
+
+class InputError(ValueError):
+    """An input or output path the command line cannot use."""
+
+
+def split_lines(text):
+    """Lines split on newline only (`\\n` or `\\r\\n`), so outputs align.
+
+    `str.splitlines` also breaks at form feed, U+2028 and other separators
+    that may stand inside a sentence; one input line is one translation.
+    A final newline does not start another line.
+    """
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def decode_utf8(data, name):
+    """`data` decoded as UTF-8; an invalid byte is reported with its line."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise InputError(
+            f"{name}: line {line} is not valid UTF-8 (byte "
+            f"{data[error.start : error.start + 1]!r} at offset {error.start}). "
+            "Expected UTF-8 text, one sentence per line."
+        ) from None
+
+
+def read_input_file(path):
+    """The lines of `--input`, which must be a readable UTF-8 text file."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"--input: no such file. Received: --input {str(path)!r}")
+    if not path.is_file():
+        raise InputError(
+            f"--input must be a file with one sentence per line. "
+            f"Received: --input {str(path)!r} (a directory or special file)"
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise InputError(f"--input: cannot read {path}: {error.strerror}") from None
+    return split_lines(decode_utf8(data, str(path)))
+
+
+def read_stdin():
+    """The lines of standard input (UTF-8)."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text stream put in place of stdin
+        return split_lines(sys.stdin.read())
+    return split_lines(decode_utf8(stream.read(), "<stdin>"))
+
+
+def check_output_writable(path):
+    """Fails now if `--output` cannot be written later; changes nothing.
+
+    Opening in append mode creates no content and truncates nothing; a file
+    created only for the check is removed again.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(
+            f"--output must be a file path. Received: --output {str(path)!r} "
+            "(a directory)"
+        )
+    existed = path.exists()
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise InputError(
+            f"--output cannot be written: {error.strerror}. "
+            f"Received: --output {str(path)!r}"
+        ) from None
+    if not existed:
+        path.unlink()
+
+
+def collect_sentences(sentences, input_path, stdin_is_terminal):
+    """Sentences from the arguments, then `--input`; stdin only if neither.
+
+    Standard input is read only when no sentence and no `--input` were
+    given (an empty `--input` file is an empty job, not a cue to wait on
+    an open pipe).
+    """
+    sentences = list(sentences)
+    if input_path is not None:
+        sentences += read_input_file(input_path)
+    elif not sentences and not stdin_is_terminal:
+        sentences = read_stdin()
+    return sentences
