@@ -10,7 +10,7 @@ sampler; `greedy_search`, `beam_search`, `sample` are shorthands for them;
 TensorFlow).
 """
 
-from keras_attn.generation import samplers
+from keras_attn.generation import samplers as samplers
 from keras_attn.generation.beam_search import beam_search, length_penalty
 from keras_attn.generation.causal_lm import generate_lm
 from keras_attn.generation.greedy_search import greedy_search
@@ -41,5 +41,4 @@ __all__ = [
     "greedy_search",
     "length_penalty",
     "sample",
-    "samplers",
 ]

@@ -351,7 +351,7 @@ def get(identifier):
     Example:
 
     >>> keras_attn.generation.samplers.get("top_k")
-    TopKSampler(k=5, temperature=1.0, seed=None)
+    TopKSampler(temperature=1.0, seed=None, k=5)
     """
     if isinstance(identifier, Sampler):
         return identifier
