@@ -1,21 +1,43 @@
-"""Decoding for `keras_attn.models.Transformer`: greedy, beam search, sampling.
+"""Decoding for `keras_attn.models.Transformer` and `TransformerLM`.
 
-Every strategy uses the model's key/value cache and a `keras.ops.while_loop`
-that stops when all sentences have ended; `SequenceGenerator` runs them
-compiled (XLA on JAX, `tf.function` on TensorFlow).
+One loop (`decoding_loop.decode`) serves every model: it uses the model's
+key/value cache and a `keras.ops.while_loop` that stops when all sequences
+have ended. How the next token is chosen is a sampler object
+(`GreedySampler`, `BeamSampler`, `RandomSampler`, `TopKSampler`,
+`TopPSampler`), as in keras-hub. `generate_seq2seq` and `generate_lm` take a
+sampler; `greedy_search`, `beam_search`, `sample` are shorthands for them;
+`SequenceGenerator` runs them compiled (XLA on JAX, `tf.function` on
+TensorFlow).
 """
 
+from keras_attn.generation import samplers as samplers
 from keras_attn.generation.beam_search import beam_search, length_penalty
 from keras_attn.generation.causal_lm import generate_lm
 from keras_attn.generation.greedy_search import greedy_search
+from keras_attn.generation.samplers import (
+    BeamSampler,
+    GreedySampler,
+    RandomSampler,
+    Sampler,
+    TopKSampler,
+    TopPSampler,
+)
 from keras_attn.generation.sampling import filter_logits, sample
+from keras_attn.generation.seq2seq import generate_seq2seq
 from keras_attn.generation.sequence_generator import SequenceGenerator
 
 __all__ = [
+    "BeamSampler",
+    "GreedySampler",
+    "RandomSampler",
+    "Sampler",
     "SequenceGenerator",
+    "TopKSampler",
+    "TopPSampler",
     "beam_search",
     "filter_logits",
     "generate_lm",
+    "generate_seq2seq",
     "greedy_search",
     "length_penalty",
     "sample",

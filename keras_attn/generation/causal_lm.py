@@ -1,14 +1,17 @@
-"""Text generation for `keras_attn.models.TransformerLM`: greedy and sampling."""
+"""Text generation for `keras_attn.models.TransformerLM` with any sampler."""
 
-import keras
+import functools
+
 from keras import ops
 
-from keras_attn.generation.decoding_loop import is_integer, suppress_ids
-from keras_attn.generation.sampling import (
-    check_sampling_args,
-    filter_logits,
-    sample_from_logits,
+from keras_attn.generation import samplers as samplers_lib
+from keras_attn.generation.decoding_loop import (
+    decode,
+    is_integer,
+    reorder_self_attention,
 )
+from keras_attn.generation.samplers import from_strategy
+from keras_attn.generation.sampling import check_sampling_args
 from keras_attn.layers.validation import check_choice
 
 LM_STRATEGIES = ("greedy", "sample")
@@ -50,24 +53,20 @@ def _cached_step(model, prompt_tokens, batch_size, max_length):
     _, cache = model.decode_step(prompt_tokens, cache, 0)
 
     def step(tokens, index, cache):
-        current = ops.slice(tokens, (0, index), (batch_size, 1))  # (batch, 1)
+        current = ops.slice(tokens, (0, index), (ops.shape(tokens)[0], 1))  # (batch, 1)
         logits, cache = model.decode_step(current, cache, index)
         return logits[:, 0, :], cache  # (batch, vocabulary)
 
     return step, cache
 
 
-def _uncached_step(model, batch_size):
+def _uncached_step(model, tokens, index, state):
     """Recomputes the whole sequence every step (the baseline for tests)."""
-
-    def step(tokens, index, state):
-        logits = model(tokens, training=False)  # (batch, max_length, vocabulary)
-        vocabulary_size = ops.shape(logits)[-1]
-        # (batch, 1, vocabulary) -> (batch, vocabulary)
-        logits = ops.slice(logits, (0, index, 0), (batch_size, 1, vocabulary_size))
-        return logits[:, 0, :], state
-
-    return step, ()
+    logits = model(tokens, training=False)  # (batch, max_length, vocabulary)
+    batch_size, _, vocabulary_size = ops.shape(logits)
+    # (batch, 1, vocabulary) -> (batch, vocabulary)
+    logits = ops.slice(logits, (0, index, 0), (batch_size, 1, vocabulary_size))
+    return logits[:, 0, :], state
 
 
 def generate_lm(
@@ -81,6 +80,7 @@ def generate_lm(
     seed=None,
     end_id=None,
     use_cache=True,
+    sampler=None,
 ):
     """Continues prompts with a causal language model.
 
@@ -94,7 +94,11 @@ def generate_lm(
     loop is a `keras.ops.while_loop` that stops when every row has produced
     `end_id` or `max_length` tokens exist.
 
-    With `strategy="sample"` every uniform random number is drawn before
+    The loop is the one every model shares
+    (`keras_attn.generation.decoding_loop.decode`); `sampler` picks the
+    strategy (greedy, beam, top-k, top-p, temperature), or the older
+    `strategy` with its keyword options does. With a random sampler every
+    uniform random number is drawn before
     the loop from `seed` (one per row and position), so a seed gives the same
     text with and without the cache.
 
@@ -115,12 +119,17 @@ def generate_lm(
             `max_length`).
         use_cache: bool, whether to use the key/value cache. `False`
             recomputes the whole sequence at every step. Defaults to `True`.
+        sampler: a `keras_attn.generation.Sampler` or its name; when given,
+            `strategy`, `top_k`, `top_p`, `temperature` and `seed` must keep
+            their defaults. Defaults to `None` (use `strategy`).
 
     Returns:
         A dict with `"tokens"`, int32 `(batch, max_length)` (the prompt,
         its continuation up to and including `end_id`, then `pad_id`), and
         `"scores"`, float32 `(batch,)`: the summed log-probabilities of the
-        generated tokens under the unfiltered model.
+        generated tokens under the unfiltered model (divided by the length
+        penalty for a `BeamSampler`, which also adds `"beam_tokens"` and
+        `"beam_scores"`).
 
     Example:
 
@@ -132,74 +141,68 @@ def generate_lm(
     >>> tuple(out["tokens"].shape)
     (1, 10)
     """
-    check_choice(strategy, "strategy", LM_STRATEGIES)
-    check_sampling_args(top_k, top_p, temperature)
+    if sampler is None:
+        check_choice(strategy, "strategy", LM_STRATEGIES)
+        check_sampling_args(top_k, top_p, temperature)
+        options = dict(top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
+        sampler = from_strategy(strategy, **(options if strategy == "sample" else {}))
+    else:
+        sampler = samplers_lib.get(sampler)
+        given = dict(
+            strategy=strategy,
+            top_k=top_k,
+            top_p=top_p,
+            temperature=temperature,
+            seed=seed,
+        )
+        defaults = dict(
+            strategy="greedy", top_k=None, top_p=None, temperature=1.0, seed=None
+        )
+        changed = [name for name in given if given[name] != defaults[name]]
+        if changed:
+            raise ValueError(
+                f"Pass either `sampler` or {', '.join(f'`{n}`' for n in changed)}, "
+                f"not both. Received: sampler={sampler!r}, "
+                + ", ".join(f"{n}={given[n]!r}" for n in changed)
+            )
     prompt_tokens = _check_prompt(model, prompt_tokens, max_length, end_id)
     max_length = int(max_length)
     end_id = None if end_id is None else int(end_id)
     pad_id = model.pad_id
     batch_size = ops.shape(prompt_tokens)[0]
+    beams = sampler.num_beams
 
     # (batch, max_length): the prompts, then padding to fill in.
     tokens = ops.full((batch_size, max_length), pad_id, dtype="int32")
     tokens = ops.slice_update(tokens, (0, 0), prompt_tokens)
     in_prompt = ops.not_equal(tokens, pad_id)  # (batch, max_length)
     prompt_lengths = ops.sum(ops.cast(in_prompt, "int32"), axis=1)  # (batch,)
+    # Decoding starts at the shortest prompt's last token.
     first_index = ops.maximum(ops.min(prompt_lengths) - 1, 0)
 
-    if strategy == "greedy":
-
-        def choose(logits, index):
-            return ops.argmax(logits, axis=-1)
-
-    else:
-        # (max_length, batch): one uniform draw per position and row.
-        uniforms = keras.random.uniform((max_length, batch_size), seed=seed)
-
-        def choose(logits, index):
-            filtered = filter_logits(logits, top_k, top_p, temperature)
-            return sample_from_logits(filtered, ops.take(uniforms, index, axis=0))
-
     if use_cache:
-        step, state = _cached_step(model, prompt_tokens, batch_size, max_length)
+        step, state = _cached_step(
+            model,
+            ops.repeat(prompt_tokens, beams, axis=0),
+            batch_size * beams,
+            max_length,
+        )
+        reorder = reorder_self_attention
     else:
-        step, state = _uncached_step(model, batch_size)
-
-    finished = ops.zeros((batch_size,), dtype="bool")
-    scores = ops.zeros((batch_size,), dtype="float32")
-
-    def cond(index, tokens, state, finished, scores):
-        return ops.logical_and(
-            index < max_length - 1, ops.logical_not(ops.all(finished))
-        )
-
-    def body(index, tokens, state, finished, scores):
-        # The logits at `index` score the token at `index + 1`.
-        logits, state = step(tokens, index, state)
-        logits = suppress_ids(ops.cast(logits, "float32"), (pad_id,))
-        chosen = ops.cast(choose(logits, index), "int32")  # (batch,)
-        log_probs = ops.log_softmax(logits, axis=-1)
-        chosen_log_prob = ops.take_along_axis(log_probs, chosen[:, None], axis=-1)
-        # (batch,): the prompt token where there is one, else the choice.
-        next_in_prompt = ops.take(in_prompt, index + 1, axis=1)
-        prompt_next = ops.take(tokens, index + 1, axis=1)
-        generated = ops.logical_and(
-            ops.logical_not(next_in_prompt), ops.logical_not(finished)
-        )
-        scores = scores + ops.where(generated, chosen_log_prob[:, 0], 0.0)
-        next_ids = ops.where(
-            next_in_prompt, prompt_next, ops.where(finished, pad_id, chosen)
-        )
-        tokens = ops.slice_update(tokens, (0, index + 1), next_ids[:, None])
-        if end_id is not None:
-            finished = ops.logical_or(
-                finished, ops.logical_and(generated, ops.equal(chosen, end_id))
-            )
-        return index + 1, tokens, state, finished, scores
-
-    _, tokens, _, _, scores = ops.while_loop(
-        cond,
-        body,
-        (ops.cast(first_index, "int32"), tokens, state, finished, scores),
+        step, state, reorder = functools.partial(_uncached_step, model), (), None
+    tokens, scores = decode(
+        step,
+        state,
+        tokens,
+        in_prompt,
+        sampler,
+        end_id=end_id,
+        pad_id=pad_id,
+        suppressed_ids=(pad_id,),
+        first_index=first_index,
+        reorder=reorder,
     )
-    return {"tokens": tokens, "scores": scores}
+    result = {"tokens": tokens[:, 0], "scores": scores[:, 0]}
+    if isinstance(sampler, samplers_lib.BeamSampler):
+        result.update(beam_tokens=tokens, beam_scores=scores)
+    return result

@@ -1,14 +1,7 @@
 """Greedy decoding with a key/value cache."""
 
-from keras import ops
-
-from keras_attn.generation.decoding_loop import (
-    check_token_ids,
-    decoding_loop,
-    decoding_state,
-    encode_source,
-    resolve_max_length,
-)
+from keras_attn.generation.samplers import GreedySampler
+from keras_attn.generation.seq2seq import generate_seq2seq
 
 
 def greedy_search(
@@ -21,11 +14,12 @@ def greedy_search(
 ):
     """Translates by taking the most likely token at every step.
 
-    The encoder runs once; cross-attention keys and values are computed once
-    per sentence and the decoder's self-attention keys and values once per
-    generated token (`use_cache=True`). The loop is a `keras.ops.while_loop`
-    that stops as soon as every sentence has produced `end_id`, so it
-    compiles under XLA (JAX) and `tf.function` (TensorFlow); see
+    `generate_seq2seq` with a `GreedySampler`: the encoder runs once;
+    cross-attention keys and values are computed once per sentence and the
+    decoder's self-attention keys and values once per generated token
+    (`use_cache=True`). The loop is a `keras.ops.while_loop` that stops as
+    soon as every sentence has produced `end_id`, so it compiles under XLA
+    (JAX) and `tf.function` (TensorFlow); see
     `keras_attn.generation.SequenceGenerator` for a compiled entry point.
 
     Args:
@@ -54,20 +48,12 @@ def greedy_search(
     >>> tuple(out["tokens"].shape)
     (2, 56)
     """
-    check_token_ids(start_id, end_id, model.vocabulary_size)
-    encoder_tokens, encoder_output, encoder_mask = encode_source(model, encoder_tokens)
-    max_length = resolve_max_length(model, encoder_tokens, max_length)
-    step, state = decoding_state(
-        model, encoder_output, encoder_mask, max_length, use_cache
-    )
-    tokens, scores = decoding_loop(
-        step,
-        state,
-        ops.shape(encoder_tokens)[0],
-        max_length,
+    return generate_seq2seq(
+        model,
+        encoder_tokens,
         start_id,
         end_id,
-        model.pad_id,
-        choose=lambda logits, index: ops.argmax(logits, axis=-1),
+        sampler=GreedySampler(),
+        max_length=max_length,
+        use_cache=use_cache,
     )
-    return {"tokens": tokens, "scores": scores}

@@ -4,13 +4,23 @@ import inspect
 
 import keras
 
+from keras_attn.generation import samplers as samplers_lib
 from keras_attn.generation.beam_search import beam_search, check_beam_search_args
+from keras_attn.generation.causal_lm import generate_lm
 from keras_attn.generation.decoding_loop import check_max_length, check_token_ids
 from keras_attn.generation.greedy_search import greedy_search
+from keras_attn.generation.samplers import from_strategy
 from keras_attn.generation.sampling import check_sampling_args, sample
+from keras_attn.generation.seq2seq import generate_seq2seq
 from keras_attn.layers.validation import check_choice
 
 STRATEGIES = {"greedy": greedy_search, "beam": beam_search, "sample": sample}
+# The options of each strategy that configure its sampler.
+_SAMPLER_OPTIONS = {
+    "greedy": (),
+    "beam": ("beam_size", "length_penalty_alpha"),
+    "sample": ("top_k", "top_p", "temperature", "seed"),
+}
 # Arguments that `SequenceGenerator` passes itself, not through `**options`.
 _FIXED_ARGUMENTS = ("model", "encoder_tokens", "start_id", "end_id")
 
@@ -43,58 +53,136 @@ def _check_options(strategy, options):
         )
 
 
-class SequenceGenerator(keras.Model):
-    """Runs greedy search, beam search or sampling as one compiled function.
+def _check_sampler_options(is_lm, options):
+    """The options left once the sampler is set: `max_length`, `use_cache`."""
+    accepted = ("max_length", "use_cache")
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"Unknown options: {', '.join(unknown)}. Expected some of: "
+            f"{', '.join(accepted)}"
+        )
+    if is_lm and options.get("max_length") is None:
+        raise ValueError(
+            "A TransformerLM generator needs `max_length`, the total length "
+            "of the returned sequences. Received: max_length=None"
+        )
+    if options.get("max_length") is not None:
+        check_max_length(options["max_length"])
 
-    The wrapped `Transformer` is a sub-layer, so Keras's own predict
-    machinery compiles the whole decoding loop: `jax.jit` on JAX,
-    `tf.function` (with XLA where available) on TensorFlow. Each new input
-    shape compiles once; pad sources to a few bucket lengths to reuse
-    compilations.
+
+class SequenceGenerator(keras.Model):
+    """Runs the decoding loop with a sampler as one compiled function.
+
+    The wrapped model is a sub-layer, so Keras's own predict machinery
+    compiles the whole decoding loop: `jax.jit` on JAX, `tf.function` (with
+    XLA where available) on TensorFlow. Each new input shape compiles once;
+    pad inputs to a few bucket lengths to reuse compilations.
+
+    A `keras_attn.models.Transformer` is decoded with `generate_seq2seq`
+    (the input is source ids), a `keras_attn.models.TransformerLM` with
+    `generate_lm` (the input is right-padded prompts, which need
+    `max_length`, the total length, in `options`).
 
     Args:
-        model: a `keras_attn.models.Transformer`.
-        strategy: `"greedy"`, `"beam"` or `"sample"`. Defaults to `"beam"`.
-        start_id: int, the start id. Defaults to `2`.
+        model: a `keras_attn.models.Transformer` or `TransformerLM`.
+        strategy: `"greedy"`, `"beam"` or `"sample"`, with its keyword
+            options. Defaults to `None`, meaning `"beam"` unless `sampler`
+            is given.
+        start_id: int, the start id (sequence-to-sequence only). Defaults
+            to `2`.
         end_id: int, the end id. Defaults to `3`.
+        sampler: a `keras_attn.generation.Sampler` or its name, in place of
+            `strategy`. Defaults to `None`.
         **options: passed to the strategy (`beam_size`,
             `length_penalty_alpha`, `top_k`, `top_p`, `temperature`, `seed`,
-            `max_length`, ...).
+            `max_length`, ...); with `sampler`, `max_length` and `use_cache`.
 
     Example:
 
     >>> model = keras_attn.models.Transformer.from_preset(
     ...     "transformer_tiny", vocabulary_size=20)
     >>> generator = keras_attn.generation.SequenceGenerator(
-    ...     model, strategy="greedy", max_length=8)
+    ...     model, sampler=keras_attn.generation.GreedySampler(), max_length=8)
     >>> generator.generate(np.ones((2, 5), "int32"))["tokens"].shape
     (2, 8)
     """
 
-    def __init__(self, model, strategy="beam", start_id=2, end_id=3, **options):
-        super().__init__(name=f"{strategy}_generator")
+    def __init__(
+        self, model, strategy=None, start_id=2, end_id=3, sampler=None, **options
+    ):
+        self.is_lm = not hasattr(model, "encode")
+        # Every option as given, for the record; the loop's own options
+        # (`max_length`, `use_cache`) are what is left once the sampler is set.
+        given_options = dict(options)
+        if sampler is None:
+            strategy = "beam" if strategy is None else strategy
+            check_choice(strategy, "strategy", STRATEGIES)
+            if not self.is_lm:
+                _check_options(strategy, options)
+            sampler_options = {
+                name: options.pop(name)
+                for name in _SAMPLER_OPTIONS[strategy]
+                if name in options
+            }
+            if strategy == "sample":
+                check_sampling_args(
+                    sampler_options.get("top_k"),
+                    sampler_options.get("top_p"),
+                    sampler_options.get("temperature", 1.0),
+                )
+            sampler = from_strategy(strategy, **sampler_options)
+        elif strategy is not None:
+            raise ValueError(
+                "Pass either `sampler` or `strategy`, not both. "
+                f"Received: strategy={strategy!r}, sampler={sampler!r}"
+            )
+        sampler = samplers_lib.get(sampler)
+        _check_sampler_options(self.is_lm, options)
+        super().__init__(name=f"{type(sampler).__name__.lower()}_generator")
         self.model = model
-        self.strategy = check_choice(strategy, "strategy", STRATEGIES)
-        check_token_ids(start_id, end_id, model.vocabulary_size)
-        _check_options(strategy, options)
+        if self.is_lm:
+            check_token_ids(end_id, end_id, model.vocabulary_size)
+        else:
+            check_token_ids(start_id, end_id, model.vocabulary_size)
         self.start_id = start_id
         self.end_id = end_id
-        if strategy == "sample":
-            # Attached to the model so compiled runs carry its state.
-            self.seed_generator = keras.random.SeedGenerator(options.pop("seed", None))
-            options["seed"] = self.seed_generator
-        self.options = options
+        if sampler.is_random:
+            seed = sampler.seed
+            if not isinstance(seed, keras.random.SeedGenerator):
+                seed = keras.random.SeedGenerator(seed)
+            # Attached to the generator so compiled runs carry its state.
+            self.seed_generator = seed
+            sampler = sampler.with_seed(seed)
+        self.sampler = sampler
+        self.options = given_options
+        self.decode_options = options
         self.built = True
 
-    def call(self, encoder_tokens):
-        return STRATEGIES[self.strategy](
+    @property
+    def strategy(self):
+        """The sampler's name: `"greedy"`, `"beam"`, `"random"`, `"top_k"`, ..."""
+        names = {cls: name for name, cls in samplers_lib.SAMPLERS.items()}
+        return names.get(type(self.sampler), type(self.sampler).__name__)
+
+    def call(self, tokens):
+        if self.is_lm:
+            return generate_lm(
+                self.model,
+                tokens,
+                end_id=self.end_id,
+                sampler=self.sampler,
+                **self.decode_options,
+            )
+        return generate_seq2seq(
             self.model,
-            encoder_tokens,
+            tokens,
             start_id=self.start_id,
             end_id=self.end_id,
-            **self.options,
+            sampler=self.sampler,
+            **self.decode_options,
         )
 
-    def generate(self, encoder_tokens):
-        """Decodes a batch of source ids; returns a dict of NumPy arrays."""
-        return self.predict_on_batch(encoder_tokens)
+    def generate(self, tokens):
+        """Decodes a batch of ids; returns a dict of NumPy arrays."""
+        return self.predict_on_batch(tokens)

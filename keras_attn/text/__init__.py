@@ -1,4 +1,6 @@
-"""Text input for translation: Multi30k, a SentencePiece tokenizer, tf.data, BLEU.
+"""Text input and text tasks: Multi30k, a SentencePiece tokenizer, tf.data, BLEU,
+and the task objects that map strings to strings or labels (`Translator`,
+`TextGenerator`, `TextClassifier`).
 
 This subpackage needs TensorFlow, tensorflow-text, sentencepiece and sacrebleu
 (`pip install keras-attn[text]`) on every Keras backend: `tf.data` feeds
@@ -18,6 +20,8 @@ from keras_attn.text.pipeline import (
     make_translation_dataset,
     padding_statistics,
 )
+from keras_attn.text.text_classifier import TextClassifier
+from keras_attn.text.text_generator import TextGenerator
 from keras_attn.text.tokenizer import SubwordTokenizer
 from keras_attn.text.translator import Translator
 
@@ -26,6 +30,8 @@ __all__ = [
     "BleuReport",
     "EpochSeededShuffle",
     "SubwordTokenizer",
+    "TextClassifier",
+    "TextGenerator",
     "Translator",
     "corpus_bleu",
     "load_multi30k",

@@ -30,14 +30,18 @@ class Translator:
     Args:
         model: a trained `keras_attn.models.Transformer`.
         tokenizer: the `keras_attn.text.SubwordTokenizer` it was trained with.
-        strategy: `"beam"`, `"greedy"` or `"sample"`. Defaults to `"beam"`.
+        strategy: `"beam"`, `"greedy"` or `"sample"`. Defaults to `None`,
+            meaning `"beam"` unless `sampler` is given.
         batch_size: sentences per decoding batch. Defaults to `64`.
         max_source_length: most source tokens. Defaults to `None`, meaning
             the model's `max_sequence_length`.
         length_multiple: source lengths are padded to a multiple of this.
             Defaults to `8`.
+        sampler: a `keras_attn.generation.Sampler` (`BeamSampler(5)`,
+            `TopPSampler(0.9, seed=1)`, ...) or its name, in place of
+            `strategy` and its options. Defaults to `None`.
         **options: decoding options (`beam_size`, `length_penalty_alpha`,
-            `top_k`, `top_p`, `seed`, ...).
+            `top_k`, `top_p`, `seed`, `max_length`, ...).
 
     Example:
 
@@ -50,10 +54,11 @@ class Translator:
         self,
         model,
         tokenizer,
-        strategy="beam",
+        strategy=None,
         batch_size=64,
         max_source_length=None,
         length_multiple=8,
+        sampler=None,
         **options,
     ):
         if tokenizer.vocabulary_size != model.vocabulary_size:
@@ -72,6 +77,7 @@ class Translator:
             strategy=strategy,
             start_id=tokenizer.start_id,
             end_id=tokenizer.end_id,
+            sampler=sampler,
             **options,
         )
 
@@ -79,10 +85,11 @@ class Translator:
     def from_preset(
         cls,
         preset,
-        strategy="beam",
+        strategy=None,
         beam_size=None,
         length_penalty_alpha=None,
         dtype=None,
+        sampler=None,
         **options,
     ):
         """A `Translator` from a trained preset: its model and tokenizer.
@@ -93,7 +100,7 @@ class Translator:
                 or the path of a directory written by
                 `Transformer.save_to_preset(directory, tokenizer=...)`.
             strategy: `"beam"`, `"greedy"` or `"sample"`. Defaults to
-                `"beam"`.
+                `None`, meaning `"beam"` unless `sampler` is given.
             beam_size: int. Defaults to `None`, meaning the preset's
                 (`metadata.json`'s `"decoding"`), else the generator's.
             length_penalty_alpha: float. Defaults to `None`, meaning the
@@ -101,6 +108,9 @@ class Translator:
             dtype: the model's dtype policy, e.g. `"mixed_bfloat16"`.
                 Defaults to `None`, meaning the saved one (`float32`, also
                 for weights stored in float16).
+            sampler: a `keras_attn.generation.Sampler` or its name, in
+                place of `strategy`; the preset's beam settings are then
+                not used. Defaults to `None`.
             **options: other `Translator` and decoding arguments
                 (`batch_size`, `max_source_length`, `top_k`, `seed`, ...).
 
@@ -124,6 +134,9 @@ class Translator:
         overrides = {} if dtype is None else {"dtype": dtype}
         model = Transformer.from_preset(directory, **overrides)
         tokenizer = SubwordTokenizer.from_preset(directory)
+        if sampler is not None:
+            return cls(model, tokenizer, strategy=strategy, sampler=sampler, **options)
+        strategy = "beam" if strategy is None else strategy
         if strategy == "beam":
             saved = read_preset_file(directory, METADATA_FILE).get("decoding", {})
             given = dict(beam_size=beam_size, length_penalty_alpha=length_penalty_alpha)

@@ -1,0 +1,131 @@
+"""Text in, labels out: a tokenizer and a `TransformerEncoderClassifier`."""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_attn.text.tokenizer import SubwordTokenizer
+
+
+class TextClassifier:
+    """Classifies raw strings with a trained `TransformerEncoderClassifier`.
+
+    Each text becomes `[start] + its first pieces` (the start id serving as
+    BERT's `[CLS]`), cut to `sequence_length` and right-padded to it, so one
+    compiled function serves every batch.
+
+    Args:
+        model: a trained `keras_attn.models.TransformerEncoderClassifier`.
+        tokenizer: the `keras_attn.text.SubwordTokenizer` it was trained with.
+        class_names: the name of each class, in label order. Defaults to
+            `None`, meaning the labels `0 ... num_classes - 1`.
+        sequence_length: pieces per text, the start id included. Defaults to
+            `None`, meaning the model's `max_sequence_length`.
+        batch_size: texts per batch. Defaults to `32`.
+
+    Example:
+
+    >>> classifier = keras_attn.text.TextClassifier.from_preset("bbc_news_classifier")
+    >>> classifier.predict(["The striker scored twice in the cup final."])
+    ['sport']
+    """
+
+    def __init__(
+        self, model, tokenizer, class_names=None, sequence_length=None, batch_size=32
+    ):
+        if tokenizer.vocabulary_size != model.vocabulary_size:
+            raise ValueError(
+                "The tokenizer and the model disagree on the vocabulary size. "
+                f"Received: tokenizer.vocabulary_size={tokenizer.vocabulary_size}, "
+                f"model.vocabulary_size={model.vocabulary_size}"
+            )
+        if class_names is not None and len(class_names) != model.num_classes:
+            raise ValueError(
+                f"`class_names` must name the model's {model.num_classes} classes. "
+                f"Received: class_names={list(class_names)!r}"
+            )
+        limit = model.max_sequence_length
+        sequence_length = limit if sequence_length is None else sequence_length
+        if (
+            isinstance(sequence_length, bool)
+            or not isinstance(sequence_length, int)
+            or not 2 <= sequence_length <= limit
+        ):
+            raise ValueError(
+                f"`sequence_length` must be an integer in [2, {limit}]. "
+                f"Received: sequence_length={sequence_length!r}"
+            )
+        self.model = model
+        self.tokenizer = tokenizer
+        self.class_names = None if class_names is None else list(class_names)
+        self.sequence_length = sequence_length
+        self.batch_size = int(batch_size)
+
+    @classmethod
+    def from_preset(cls, preset, dtype=None, **kwargs):
+        """A `TextClassifier` from a trained classifier preset.
+
+        The class names and the sequence length come from the preset's
+        `metadata.json` (`"class_names"`, `"sequence_length"`).
+
+        Args:
+            preset: the name of a shipped trained preset, such as
+                `"bbc_news_classifier"`, or a preset directory.
+            dtype: the model's dtype policy. Defaults to `None`, meaning the
+                saved one.
+            **kwargs: `TextClassifier` arguments that replace the preset's.
+
+        Returns:
+            A `TextClassifier`.
+        """
+        from keras_attn.models import TransformerEncoderClassifier
+        from keras_attn.models.preset_io import (
+            METADATA_FILE,
+            preset_directory,
+            read_preset_file,
+        )
+
+        directory = preset_directory(preset, TransformerEncoderClassifier.presets)
+        overrides = {} if dtype is None else {"dtype": dtype}
+        model = TransformerEncoderClassifier.from_preset(directory, **overrides)
+        tokenizer = SubwordTokenizer.from_preset(directory)
+        metadata = read_preset_file(directory, METADATA_FILE)
+        kwargs.setdefault("class_names", metadata.get("class_names"))
+        kwargs.setdefault("sequence_length", metadata.get("sequence_length"))
+        return cls(model, tokenizer, **kwargs)
+
+    def encode(self, texts):
+        """int32 `(len(texts), sequence_length)`: `[start] + pieces`, padded."""
+        if isinstance(texts, str):
+            raise TypeError(
+                "`texts` must be a list of strings, not one string. "
+                f"Received: texts={texts!r}"
+            )
+        texts = [str(text) for text in texts]
+        ids = np.full(
+            (len(texts), self.sequence_length), self.tokenizer.pad_id, "int32"
+        )
+        if not texts:
+            return ids
+        pieces = self.tokenizer.tokenize(tf.constant(texts, tf.string)).to_list()
+        for row, text_pieces in enumerate(pieces):
+            sequence = [self.tokenizer.start_id, *text_pieces][: self.sequence_length]
+            ids[row, : len(sequence)] = sequence
+        return ids
+
+    def predict_proba(self, texts):
+        """Class probabilities, float32 `(len(texts), num_classes)`."""
+        ids = self.encode(texts)
+        if not len(ids):
+            return np.zeros((0, self.model.num_classes), "float32")
+        logits = self.model.predict(ids, batch_size=self.batch_size, verbose=0)
+        logits = np.asarray(logits, "float64")
+        logits -= logits.max(axis=-1, keepdims=True)
+        probabilities = np.exp(logits)
+        return (probabilities / probabilities.sum(-1, keepdims=True)).astype("float32")
+
+    def predict(self, texts):
+        """The most likely class of each text: its name, or its label."""
+        labels = self.predict_proba(texts).argmax(axis=-1)
+        if self.class_names is None:
+            return [int(label) for label in labels]
+        return [self.class_names[label] for label in labels]

@@ -1,0 +1,177 @@
+"""Text in, text out for a language model: a tokenizer, a `TransformerLM`, a sampler."""
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from keras_attn.generation import SequenceGenerator, samplers
+from keras_attn.text.tokenizer import SubwordTokenizer
+
+
+class TextGenerator:
+    """Continues raw strings with a trained `keras_attn.models.TransformerLM`.
+
+    Each prompt becomes `[start] + its pieces`; prompts are sorted by length,
+    batched, right-padded to a multiple of `length_multiple`, continued by
+    a compiled `keras_attn.generation.SequenceGenerator` (the one decoding
+    loop, with the key/value cache) until the end id or `max_length`
+    pieces, detokenized and returned in the input order, prompt included
+    (as keras-hub's `CausalLM.generate`).
+
+    Args:
+        model: a trained `keras_attn.models.TransformerLM`.
+        tokenizer: the `keras_attn.text.SubwordTokenizer` it was trained with.
+        sampler: a `keras_attn.generation.Sampler` or its name (`"greedy"`,
+            `"beam"`, `"random"`, `"top_k"`, `"top_p"`). Defaults to
+            `"greedy"`.
+        max_length: int, the most pieces of a returned sequence, start
+            token and prompt included. Defaults to `None`, meaning the
+            model's `max_sequence_length`.
+        batch_size: prompts per decoding batch. Defaults to `32`.
+        length_multiple: prompt lengths are padded to a multiple of this.
+            Defaults to `8`.
+
+    Example:
+
+    >>> generator = keras_attn.text.TextGenerator.from_preset("multi30k_en_lm")
+    >>> generator.generate(["A dog"])
+    ['A dog is running through the grass.']
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        sampler="greedy",
+        max_length=None,
+        batch_size=32,
+        length_multiple=8,
+    ):
+        if tokenizer.vocabulary_size != model.vocabulary_size:
+            raise ValueError(
+                "The tokenizer and the model disagree on the vocabulary size. "
+                f"Received: tokenizer.vocabulary_size={tokenizer.vocabulary_size}, "
+                f"model.vocabulary_size={model.vocabulary_size}"
+            )
+        self.model = model
+        self.tokenizer = tokenizer
+        self.sampler = samplers.get(sampler)
+        self.max_length = self._check_max_length(max_length)
+        self.batch_size = int(batch_size)
+        self.length_multiple = int(length_multiple)
+        self._generators = {}
+
+    @classmethod
+    def from_preset(cls, preset, dtype=None, **kwargs):
+        """A `TextGenerator` from a trained `TransformerLM` preset.
+
+        Args:
+            preset: the name of a shipped trained preset, such as
+                `"multi30k_en_lm"`, or the path of a directory written by
+                `TransformerLM.save_to_preset(directory, tokenizer=...)`.
+            dtype: the model's dtype policy. Defaults to `None`, meaning the
+                saved one.
+            **kwargs: `TextGenerator` arguments (`sampler`, `max_length`,
+                `batch_size`, ...).
+
+        Returns:
+            A `TextGenerator`.
+        """
+        from keras_attn.models import TransformerLM
+        from keras_attn.models.preset_io import preset_directory
+
+        directory = preset_directory(preset, TransformerLM.presets)
+        overrides = {} if dtype is None else {"dtype": dtype}
+        model = TransformerLM.from_preset(directory, **overrides)
+        tokenizer = SubwordTokenizer.from_preset(directory)
+        return cls(model, tokenizer, **kwargs)
+
+    def _check_max_length(self, max_length):
+        limit = self.model.max_sequence_length
+        if max_length is None:
+            return int(limit)
+        if (
+            isinstance(max_length, bool)
+            or not isinstance(max_length, int)
+            or not (2 <= max_length <= limit)
+        ):
+            raise ValueError(
+                f"`max_length` must be an integer in [2, {limit}] (the model's "
+                f"max_sequence_length). Received: max_length={max_length!r}"
+            )
+        return max_length
+
+    def _generator(self, sampler, max_length):
+        key = (sampler, max_length)
+        if key not in self._generators:
+            self._generators[key] = SequenceGenerator(
+                self.model,
+                sampler=sampler,
+                end_id=self.tokenizer.end_id,
+                max_length=max_length,
+            )
+        return self._generators[key]
+
+    def generate_ids(self, prompts, max_length=None, sampler=None):
+        """Continues `prompts`; returns `(token_ids, scores)` per prompt."""
+        if isinstance(prompts, str):
+            raise TypeError(
+                "`prompts` must be a list of strings, not one string. "
+                f"Received: prompts={prompts!r}"
+            )
+        prompts = [str(p) for p in prompts]
+        max_length = (
+            self.max_length
+            if max_length is None
+            else self._check_max_length(max_length)
+        )
+        sampler = self.sampler if sampler is None else samplers.get(sampler)
+        if not prompts:
+            return [], []
+        pieces = self.tokenizer.tokenize(tf.constant(prompts, tf.string)).to_list()
+        ids = [[self.tokenizer.start_id, *row] for row in pieces]
+        too_long = [len(row) for row in ids if len(row) >= max_length]
+        if too_long:
+            raise ValueError(
+                f"A prompt of {max(too_long)} pieces (start included) leaves no "
+                f"room to generate within max_length={max_length}. Pass a larger "
+                "`max_length` or a shorter prompt."
+            )
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        outputs, scores = [None] * len(ids), [0.0] * len(ids)
+        generator = self._generator(sampler, max_length)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            longest = max(len(ids[i]) for i in batch)
+            width = min(
+                max_length,
+                self.length_multiple * math.ceil(longest / self.length_multiple),
+            )
+            prompt = np.full((len(batch), width), self.tokenizer.pad_id, "int32")
+            for row, i in enumerate(batch):
+                prompt[row, : len(ids[i])] = ids[i]
+            result = generator.generate(prompt)
+            for row, i in enumerate(batch):
+                outputs[i] = result["tokens"][row].tolist()
+                scores[i] = float(result["scores"][row])
+        return outputs, scores
+
+    def generate(self, prompts, max_length=None, sampler=None):
+        """Continues a list of strings; returns a list of strings.
+
+        Args:
+            prompts: a list of strings (an empty string starts from nothing).
+            max_length: int, the most pieces per sequence. Defaults to
+                `None`, meaning the generator's.
+            sampler: a sampler or its name for this call. Defaults to
+                `None`, meaning the generator's.
+
+        Returns:
+            A list of strings, each its prompt and the continuation.
+        """
+        outputs, _ = self.generate_ids(prompts, max_length, sampler)
+        if not outputs:
+            return []
+        texts = self.tokenizer.detokenize(np.asarray(outputs, "int32")).numpy()
+        return [text.decode("utf-8") for text in texts]

@@ -1,0 +1,129 @@
+"""`TextGenerator` and `TextClassifier`: strings in, strings or labels out."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attn.generation import BeamSampler, TopKSampler, generate_lm
+from keras_attn.models import TransformerEncoderClassifier, TransformerLM
+from keras_attn.text import (
+    SubwordTokenizer,
+    TextClassifier,
+    TextGenerator,
+    load_multi30k,
+)
+
+PROMPTS = ["A dog", "", "Two men are talking in"]
+TEXTS = ["A man rides a bike.", "", "Children play football in a park today."]
+MAX_LENGTH = 12
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    captions, _ = load_multi30k("val")
+    return SubwordTokenizer.train(captions[:200], 120)
+
+
+@pytest.fixture(scope="module")
+def lm_preset(tokenizer, tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    model = TransformerLM.from_preset(
+        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0
+    )
+    directory = tmp_path_factory.mktemp("lm_preset")
+    model.save_to_preset(directory, tokenizer=tokenizer)
+    return directory, model
+
+
+def reference_continuations(model, tokenizer, prompts, **options):
+    """Eager `generate_lm` on prompts encoded by hand, then detokenized."""
+    pieces = tokenizer.tokenize(prompts).to_list()
+    width = max(len(p) for p in pieces) + 1
+    ids = np.full((len(prompts), width), tokenizer.pad_id, "int32")
+    for row, prompt_pieces in enumerate(pieces):
+        ids[row, : len(prompt_pieces) + 1] = [tokenizer.start_id, *prompt_pieces]
+    out = generate_lm(model, ids, MAX_LENGTH, end_id=tokenizer.end_id, **options)
+    texts = tokenizer.detokenize(np.asarray(out["tokens"])).numpy()
+    return [text.decode("utf-8") for text in texts]
+
+
+@pytest.mark.parametrize("sampler", ["greedy", BeamSampler(num_beams=3)])
+def test_generate_on_strings_equals_generate_lm(lm_preset, tokenizer, sampler):
+    directory, model = lm_preset
+    generator = TextGenerator.from_preset(
+        directory, sampler=sampler, max_length=MAX_LENGTH
+    )
+    texts = generator.generate(PROMPTS)
+    assert texts == reference_continuations(model, tokenizer, PROMPTS, sampler=sampler)
+    assert texts[0].startswith("A dog")
+
+
+def test_seeded_sampling_on_strings_is_reproducible(lm_preset):
+    directory, model = lm_preset
+    sampler = TopKSampler(k=10, temperature=1.5, seed=5)
+    texts = [
+        TextGenerator.from_preset(directory, max_length=MAX_LENGTH).generate(
+            PROMPTS, sampler=sampler
+        )
+        for _ in range(2)
+    ]
+    assert texts[0] == texts[1]
+    assert all(isinstance(text, str) for text in texts[0])
+
+
+def test_generator_bad_input_names_the_argument(lm_preset, tokenizer):
+    _, model = lm_preset
+    generator = TextGenerator(model, tokenizer, max_length=MAX_LENGTH)
+    with pytest.raises(TypeError, match="prompts"):
+        generator.generate("A dog")
+    with pytest.raises(ValueError, match="max_length=12"):
+        generator.generate(["word " * 30])
+    with pytest.raises(ValueError, match="max_length=1000"):
+        TextGenerator(model, tokenizer, max_length=1000)
+    assert generator.generate([]) == []
+
+
+@pytest.fixture(scope="module")
+def classifier_preset(tokenizer, tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    model = TransformerEncoderClassifier.from_preset(
+        "encoder_classifier_tiny",
+        vocabulary_size=tokenizer.vocabulary_size,
+        num_classes=3,
+        pooling="mean",
+    )
+    directory = tmp_path_factory.mktemp("classifier_preset")
+    model.save_to_preset(
+        directory,
+        tokenizer=tokenizer,
+        metadata={"class_names": ["a", "b", "c"], "sequence_length": 16},
+    )
+    return directory, model
+
+
+def test_predict_on_strings_equals_the_model_on_ids(classifier_preset, tokenizer):
+    directory, model = classifier_preset
+    classifier = TextClassifier.from_preset(directory)
+    assert classifier.sequence_length == 16
+    ids = np.full((len(TEXTS), 16), tokenizer.pad_id, "int32")
+    for row, pieces in enumerate(tokenizer.tokenize(TEXTS).to_list()):
+        sequence = [tokenizer.start_id, *pieces][:16]
+        ids[row, : len(sequence)] = sequence
+    logits = keras.ops.convert_to_numpy(model(ids)).astype("float64")
+    expected = np.exp(logits - logits.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(classifier.predict_proba(TEXTS), expected, atol=1e-5)
+    names = ["a", "b", "c"]
+    assert classifier.predict(TEXTS) == [names[i] for i in expected.argmax(-1)]
+    unnamed = TextClassifier(model, tokenizer, sequence_length=16)
+    assert unnamed.predict(TEXTS) == [int(i) for i in expected.argmax(-1)]
+
+
+def test_classifier_bad_input_names_the_argument(classifier_preset, tokenizer):
+    _, model = classifier_preset
+    with pytest.raises(TypeError, match="texts"):
+        TextClassifier(model, tokenizer).predict("one text")
+    with pytest.raises(ValueError, match="class_names"):
+        TextClassifier(model, tokenizer, class_names=["a", "b"])
+    with pytest.raises(ValueError, match="sequence_length=1"):
+        TextClassifier(model, tokenizer, sequence_length=1)
