@@ -5,14 +5,17 @@ from keras_attn.layers.fast_dropout import FastDropout, fast_dropout
 from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.masking import causal_mask, merge_attention_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
+from keras_attn.layers.padding_mask import PaddingMask
 from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.position_wise_dense import PositionwiseDense
 from keras_attn.layers.scaled_dot_product_attention import (
     scaled_dot_product_attention,
 )
+from keras_attn.layers.sequence_pooling import SequencePooling
 from keras_attn.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
+from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
 from keras_attn.layers.token_and_position_embedding import (
     TokenAndPositionEmbedding,
 )
@@ -25,9 +28,12 @@ __all__ = [
     "FastDropout",
     "FeedForward",
     "MultiHeadAttention",
+    "PaddingMask",
     "PositionEmbedding",
     "PositionwiseDense",
+    "SequencePooling",
     "SinusoidalPositionEncoding",
+    "TiedVocabularyProjection",
     "TokenAndPositionEmbedding",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",

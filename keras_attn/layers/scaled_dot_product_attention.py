@@ -5,6 +5,11 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.layers.fused_attention import (
+    fused_dot_product_attention,
+    fused_path_runs,
+)
+
 # Added to masked scores before the softmax. Finite, so a fully masked row is
 # a uniform softmax (then zeroed) rather than `exp(-inf - -inf) = NaN`.
 _MASKED_SCORE = -1e9
@@ -13,20 +18,6 @@ _MASKED_SCORE = -1e9
 def _row_has_any_key(mask):
     """`(batch, query_length, key_length)` -> `(batch, query_length, 1, 1)`."""
     return ops.any(mask, axis=-1)[:, :, None, None]
-
-
-def _fused_kernel_handles(dtype):
-    """Whether `ops.dot_product_attention` can run (and differentiate) `dtype`.
-
-    XLA:CPU rejects the float16 dot products of JAX's fused attention with a
-    float32 accumulator (`F16_F16_F32`) when compiling its gradient, so
-    float16 on a JAX CPU takes the explicit path.
-    """
-    if keras.backend.backend() != "jax":
-        return True
-    if keras.backend.standardize_dtype(dtype) != "float16":
-        return True
-    return not keras.distribution.list_devices()[0].lower().startswith("cpu")
 
 
 def scaled_dot_product_attention(
@@ -51,9 +42,12 @@ def scaled_dot_product_attention(
     When neither attention scores nor attention dropout are needed (and
     `use_fused_attention=True`, and values have the keys' head size), the
     work is handed to
-    `keras.ops.dot_product_attention`, the backend's fused kernel (flash
-    attention on GPUs that support it). Otherwise the explicit path below
-    computes the same equation and can return the weights.
+    `keras.ops.dot_product_attention`, the backend's fused kernel, with the
+    kernel chosen before the call (`keras_attn.layers.fused_attention`):
+    cuDNN's flash attention on a GPU where it accepts the call (half
+    precision, masks included), XLA's dot-product attention elsewhere, and
+    never a failed try. Otherwise the explicit path below computes the same
+    equation and can return the weights.
 
     Args:
         query: tensor `(batch, query_length, num_heads, key_dim)`.
@@ -97,12 +91,11 @@ def scaled_dot_product_attention(
         use_fused_attention
         and same_head_dims
         and not (return_attention_scores or use_dropout)
-        and _fused_kernel_handles(query.dtype)
+        and fused_path_runs(query.dtype)
     ):
-        fused_mask = None if mask is None else mask[:, None, :, :]
         # (batch, query_length, num_heads, value_dim)
-        attended = ops.dot_product_attention(
-            query, key, value, mask=fused_mask, scale=scale
+        attended = fused_dot_product_attention(
+            query, key, value, mask=mask, scale=scale
         )
         if mask is not None:
             attended = ops.where(

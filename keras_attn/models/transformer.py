@@ -4,6 +4,8 @@ import keras
 from keras import ops
 
 from keras_attn.layers.fast_dropout import FastDropout
+from keras_attn.layers.padding_mask import PaddingMask
+from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -19,9 +21,9 @@ def _embed(embedding, dropout, tokens, training=None, start_index=0):
     return dropout(embedding(tokens, start_index=start_index), training=training)
 
 
-def _run_encoder(parts, tokens, pad_id, training=None):
+def _run_encoder(parts, tokens, training=None):
     """Token ids `(batch, source_length)` -> encoder output and padding mask."""
-    padding_mask = ops.not_equal(tokens, pad_id)  # (batch, source_length)
+    padding_mask = parts["encoder_padding_mask"](tokens)  # (batch, source_length)
     x = _embed(parts["encoder_embedding"], parts["encoder_dropout"], tokens, training)
     for block in parts["encoder_blocks"]:
         x = block(x, padding_mask=padding_mask, training=training)
@@ -30,17 +32,9 @@ def _run_encoder(parts, tokens, pad_id, training=None):
     return x, padding_mask
 
 
-def _project_to_vocabulary(parts, hidden):
-    if parts["output_dense"] is None:
-        return parts["decoder_embedding"](hidden, reverse=True)
-    return parts["output_dense"](hidden)
-
-
-def _run_decoder(
-    parts, tokens, encoder_output, encoder_padding_mask, pad_id, training=None
-):
+def _run_decoder(parts, tokens, encoder_output, encoder_padding_mask, training=None):
     """Teacher-forced decoder: `(batch, target_length)` ids -> logits."""
-    decoder_padding_mask = ops.not_equal(tokens, pad_id)
+    decoder_padding_mask = parts["decoder_padding_mask"](tokens)
     x = _embed(parts["decoder_embedding"], parts["decoder_dropout"], tokens, training)
     for block in parts["decoder_blocks"]:
         x = block(
@@ -53,7 +47,7 @@ def _run_decoder(
     if parts["decoder_norm"] is not None:
         x = parts["decoder_norm"](x)
     # (batch, target_length, vocabulary_size)
-    return _project_to_vocabulary(parts, x)
+    return parts["logits"](x)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -179,11 +173,14 @@ class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
         encoder_embedding = embedding(
             "token_embedding" if tie_embeddings else "encoder_embedding"
         )
+        decoder_embedding = (
+            encoder_embedding if tie_embeddings else embedding("decoder_embedding")
+        )
         parts = {
+            "encoder_padding_mask": PaddingMask(pad_id, name="encoder_padding_mask"),
+            "decoder_padding_mask": PaddingMask(pad_id, name="decoder_padding_mask"),
             "encoder_embedding": encoder_embedding,
-            "decoder_embedding": (
-                encoder_embedding if tie_embeddings else embedding("decoder_embedding")
-            ),
+            "decoder_embedding": decoder_embedding,
             "encoder_dropout": FastDropout(
                 dropout, dtype=dtype, name="encoder_embedding_dropout"
             ),
@@ -200,8 +197,10 @@ class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
             ],
             "encoder_norm": final_norm("encoder_output_norm"),
             "decoder_norm": final_norm("decoder_output_norm"),
-            "output_dense": (
-                None
+            # The pre-softmax projection: the embedding's table transposed
+            # (tied, section 3.4) or a `Dense` of its own.
+            "logits": (
+                TiedVocabularyProjection(decoder_embedding, dtype=dtype, name="logits")
                 if tie_embeddings
                 else VocabularyProjection(vocabulary_size, dtype=dtype, name="logits")
             ),
@@ -214,11 +213,9 @@ class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
         decoder_tokens = keras.Input(
             shape=(None,), dtype="int32", name="decoder_tokens"
         )
-        encoder_output, encoder_padding_mask = _run_encoder(
-            parts, encoder_tokens, pad_id
-        )
+        encoder_output, encoder_padding_mask = _run_encoder(parts, encoder_tokens)
         logits = _run_decoder(
-            parts, decoder_tokens, encoder_output, encoder_padding_mask, pad_id
+            parts, decoder_tokens, encoder_output, encoder_padding_mask
         )
         super().__init__(
             inputs={"encoder_tokens": encoder_tokens, "decoder_tokens": decoder_tokens},
@@ -291,7 +288,7 @@ class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
             `(encoder_output, encoder_padding_mask)`: `(batch, source_length,
             hidden_dim)` and boolean `(batch, source_length)`.
         """
-        return _run_encoder(self._parts, encoder_tokens, self.pad_id, training)
+        return _run_encoder(self._parts, encoder_tokens, training)
 
     def decode(
         self, decoder_tokens, encoder_output, encoder_padding_mask, training=False
@@ -302,7 +299,6 @@ class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
             decoder_tokens,
             encoder_output,
             encoder_padding_mask,
-            self.pad_id,
             training,
         )
 
@@ -373,7 +369,7 @@ class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
             self_caches.append(self_cache)
         if self._parts["decoder_norm"] is not None:
             x = self._parts["decoder_norm"](x)
-        logits = _project_to_vocabulary(self._parts, x)
+        logits = self._parts["logits"](x)
         return logits, {**cache, "self_attention": tuple(self_caches)}
 
     def get_config(self):

@@ -4,6 +4,8 @@ import keras
 from keras import ops
 
 from keras_attn.layers.fast_dropout import FastDropout
+from keras_attn.layers.padding_mask import PaddingMask
+from keras_attn.layers.sequence_pooling import POOLINGS, SequencePooling
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import (
@@ -17,8 +19,6 @@ from keras_attn.models.preset_io import PresetMixin
 from keras_attn.models.token_inputs import check_token_ids
 from keras_attn.models.zoo_presets import ENCODER_CLASSIFIER_PRESETS
 
-POOLINGS = ("cls", "mean")
-
 
 def check_pad_id(pad_id, vocabulary_size):
     if not isinstance(pad_id, int) or not 0 <= pad_id < vocabulary_size:
@@ -29,9 +29,9 @@ def check_pad_id(pad_id, vocabulary_size):
     return pad_id
 
 
-def _encode(parts, token_ids, pad_id, training=None):
+def _encode(parts, token_ids, training=None):
     """Token ids `(batch, length)` -> features `(batch, length, hidden_dim)`."""
-    padding_mask = ops.not_equal(token_ids, pad_id)  # (batch, length)
+    padding_mask = parts["padding_mask"](token_ids)  # (batch, length)
     x = parts["embedding"](token_ids)
     if parts["embedding_norm"] is not None:
         x = parts["embedding_norm"](x)
@@ -41,20 +41,6 @@ def _encode(parts, token_ids, pad_id, training=None):
     if parts["output_norm"] is not None:
         x = parts["output_norm"](x)
     return x, padding_mask
-
-
-def pool(sequence, padding_mask, pooling):
-    """`(batch, length, hidden_dim)` -> `(batch, hidden_dim)`.
-
-    `"cls"` takes position 0 (where the caller put a classification token);
-    `"mean"` averages the positions that are not padding.
-    """
-    if pooling == "cls":
-        return sequence[:, 0, :]
-    weights = ops.cast(padding_mask, sequence.dtype)[:, :, None]  # (batch, length, 1)
-    total = ops.sum(sequence * weights, axis=1)  # (batch, hidden_dim)
-    count = ops.maximum(ops.sum(weights, axis=1), 1.0)  # (batch, 1)
-    return total / count
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -165,6 +151,7 @@ class TransformerEncoderClassifier(PresetMixin, ModelFeaturesMixin, keras.Model)
             )
 
         parts = {
+            "padding_mask": PaddingMask(pad_id, name="padding_mask"),
             "embedding": TokenAndPositionEmbedding(
                 vocabulary_size,
                 max_sequence_length,
@@ -193,14 +180,16 @@ class TransformerEncoderClassifier(PresetMixin, ModelFeaturesMixin, keras.Model)
                 for i in range(num_layers)
             ],
             "output_norm": norm("output_norm") if normalize_first else None,
+            "pooling": SequencePooling(pooling, dtype=dtype, name="pooling"),
             "pooled_dropout": FastDropout(dropout, dtype=dtype, name="pooled_dropout"),
             "logits": keras.layers.Dense(num_classes, dtype=dtype, name="logits"),
         }
 
         # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        sequence, padding_mask = _encode(parts, token_ids, pad_id)
-        pooled = pool(sequence, padding_mask, pooling)  # (batch, hidden_dim)
+        sequence, padding_mask = _encode(parts, token_ids)
+        # (batch, hidden_dim)
+        pooled = parts["pooling"](sequence, padding_mask=padding_mask)
         logits = parts["logits"](parts["pooled_dropout"](pooled))
         super().__init__(inputs=token_ids, outputs=logits, **kwargs)
 
@@ -256,7 +245,7 @@ class TransformerEncoderClassifier(PresetMixin, ModelFeaturesMixin, keras.Model)
             boolean `(batch, length)`.
         """
         token_ids = ops.convert_to_tensor(token_ids, "int32")
-        return _encode(self._parts, token_ids, self.pad_id, training)
+        return _encode(self._parts, token_ids, training)
 
     def get_config(self):
         config = {

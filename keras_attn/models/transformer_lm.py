@@ -4,6 +4,8 @@ import keras
 from keras import ops
 
 from keras_attn.layers.fast_dropout import FastDropout
+from keras_attn.layers.padding_mask import PaddingMask
+from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.validation import (
@@ -19,15 +21,9 @@ from keras_attn.models.transformer_encoder_classifier import check_pad_id
 from keras_attn.models.zoo_presets import LM_PRESETS
 
 
-def _project_to_vocabulary(parts, hidden):
-    if parts["logits"] is None:
-        return parts["embedding"](hidden, reverse=True)
-    return parts["logits"](hidden)
-
-
-def _run(parts, token_ids, pad_id, training=None):
+def _run(parts, token_ids, training=None):
     """Token ids `(batch, length)` -> next-token logits, one full causal pass."""
-    padding_mask = ops.not_equal(token_ids, pad_id)  # (batch, length)
+    padding_mask = parts["padding_mask"](token_ids)  # (batch, length)
     x = parts["embedding_dropout"](parts["embedding"](token_ids), training=training)
     for block in parts["blocks"]:
         # No `encoder_sequence`: the blocks have no cross-attention.
@@ -35,7 +31,7 @@ def _run(parts, token_ids, pad_id, training=None):
     if parts["output_norm"] is not None:
         x = parts["output_norm"](x)
     # (batch, length, vocabulary_size)
-    return _project_to_vocabulary(parts, x)
+    return parts["logits"](x)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -133,15 +129,17 @@ class TransformerLM(PresetMixin, ModelFeaturesMixin, keras.Model):
         check_pad_id(pad_id, vocabulary_size)
 
         # === Layers ===
+        embedding = TokenAndPositionEmbedding(
+            vocabulary_size,
+            max_sequence_length,
+            hidden_dim,
+            position=position,
+            dtype=dtype,
+            name="token_embedding",
+        )
         parts = {
-            "embedding": TokenAndPositionEmbedding(
-                vocabulary_size,
-                max_sequence_length,
-                hidden_dim,
-                position=position,
-                dtype=dtype,
-                name="token_embedding",
-            ),
+            "padding_mask": PaddingMask(pad_id, name="padding_mask"),
+            "embedding": embedding,
             "embedding_dropout": FastDropout(
                 dropout, dtype=dtype, name="embedding_dropout"
             ),
@@ -168,7 +166,7 @@ class TransformerLM(PresetMixin, ModelFeaturesMixin, keras.Model):
                 else None
             ),
             "logits": (
-                None
+                TiedVocabularyProjection(embedding, dtype=dtype, name="logits")
                 if tie_embeddings
                 else VocabularyProjection(vocabulary_size, dtype=dtype, name="logits")
             ),
@@ -176,7 +174,7 @@ class TransformerLM(PresetMixin, ModelFeaturesMixin, keras.Model):
 
         # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        logits = _run(parts, token_ids, pad_id)
+        logits = _run(parts, token_ids)
         super().__init__(inputs=token_ids, outputs=logits, **kwargs)
 
         # === Config ===
@@ -267,7 +265,7 @@ class TransformerLM(PresetMixin, ModelFeaturesMixin, keras.Model):
             caches.append(block_cache)
         if self._parts["output_norm"] is not None:
             x = self._parts["output_norm"](x)
-        logits = _project_to_vocabulary(self._parts, x)
+        logits = self._parts["logits"](x)
         return logits, {**cache, "self_attention": tuple(caches)}
 
     def get_config(self):

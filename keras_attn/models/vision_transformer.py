@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.position_embedding import PositionEmbedding
+from keras_attn.layers.sequence_pooling import SequencePooling
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.validation import (
     check_divisible,
@@ -178,12 +179,20 @@ class VisionTransformer(PresetMixin, ModelFeaturesMixin, keras.Model):
             dtype=dtype,
             name="patch_embedding",
         )
+        # (batch, height / patch_size, width / patch_size, hidden_dim)
+        # -> (batch, num_patches, hidden_dim)
+        patch_sequence = keras.layers.Reshape(
+            (num_patches, hidden_dim), dtype=dtype, name="patch_sequence"
+        )
         class_token = ClassToken(dtype=dtype, name="class_token")
         position_embedding = PositionEmbedding(
             num_patches + 1,
             initializer=keras.initializers.RandomNormal(stddev=0.02),
             dtype=dtype,
             name="position_embedding",
+        )
+        add_position_embedding = keras.layers.Add(
+            dtype=dtype, name="add_position_embedding"
         )
         embedding_dropout = FastDropout(dropout, dtype=dtype, name="embedding_dropout")
         blocks = [
@@ -204,6 +213,10 @@ class VisionTransformer(PresetMixin, ModelFeaturesMixin, keras.Model):
         output_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=dtype, name="output_norm"
         )
+        # The class token's final features: the image representation `y`.
+        class_token_output = SequencePooling(
+            "cls", dtype=dtype, name="class_token_output"
+        )
         head = keras.layers.Dense(num_classes, dtype=dtype, name="logits")
 
         # === Functional Model ===
@@ -211,13 +224,13 @@ class VisionTransformer(PresetMixin, ModelFeaturesMixin, keras.Model):
         # (batch, height / patch_size, width / patch_size, hidden_dim)
         patches = patch_embedding(images)
         # (batch, num_patches, hidden_dim)
-        x = ops.reshape(patches, (-1, num_patches, hidden_dim))
+        x = patch_sequence(patches)
         x = class_token(x)  # (batch, num_patches + 1, hidden_dim)
-        x = embedding_dropout(x + position_embedding(x))
+        x = embedding_dropout(add_position_embedding([x, position_embedding(x)]))
         for block in blocks:
             x = block(x)
         x = output_norm(x)
-        logits = head(x[:, 0, :])  # the class token's features
+        logits = head(class_token_output(x))  # (batch, num_classes)
         super().__init__(inputs=images, outputs=logits, **kwargs)
 
         # === Config ===

@@ -1,0 +1,144 @@
+"""Which kernel runs the fused attention path, decided before the call.
+
+`keras.ops.dot_product_attention(..., flash_attention=None)` on JAX checks
+the inputs (not the mask) for cuDNN's flash kernel, tries it, and when
+cuDNN then rejects the call (a mask turned into a bias of a shape it does
+not take, a bias with an odd sequence length under a gradient), logs the
+exception with its traceback at ERROR level and runs XLA instead. Here the
+kernel is chosen up front from what is known when the function is traced
+(backend, device, dtype, shapes, whether a mask is present): the flash
+kernel is offered only where it serves the call, and everywhere else
+`flash_attention=False` sends the call to XLA without a try, so no
+exception is raised or logged on the way.
+
+What reaches which kernel:
+
+- JAX on a GPU, float16/bfloat16, head size a multiple of 8 up to 128,
+  static lengths: cuDNN's flash attention (Keras still checks cuDNN and the
+  GPU generation itself, and quietly takes XLA where they fall short). A
+  mask goes as a full `(batch, 1, query_length, key_length)` boolean, which
+  JAX turns into a bias cuDNN accepts; a bias also needs even lengths
+  (cuDNN's rule for biases under a gradient), so a masked call with an odd
+  length goes to XLA.
+- JAX on a TPU without a mask: Keras's splash-attention kernel; with a mask,
+  XLA.
+- Everything else (float32, CPU, TensorFlow, shapes cuDNN does not take):
+  XLA's (or TensorFlow's) own dot-product attention.
+"""
+
+import keras
+
+# cuDNN's flash attention takes half precision only.
+CUDNN_DTYPES = ("float16", "bfloat16")
+# The head size bound of GPUs before Hopper (Hopper takes 256; Keras's
+# public API does not say which GPU runs, so the bound that holds on all).
+CUDNN_MAX_HEAD_DIM = 128
+
+
+def device_platform():
+    """`"cpu"`, `"gpu"` or `"tpu"`: the kind of device Keras computes on."""
+    devices = keras.distribution.list_devices()
+    if not devices:
+        return "cpu"
+    # JAX names devices `"gpu:0"`; TensorFlow `"/job:.../device:GPU:0"`.
+    name = devices[0].lower()
+    for platform in ("tpu", "gpu", "cuda"):
+        if platform in name:
+            return "gpu" if platform == "cuda" else platform
+    return "cpu"
+
+
+def choose_attention_kernel(
+    query_shape, key_shape, dtype, has_mask, backend=None, platform=None
+):
+    """The kernel that serves a fused attention call: `"cudnn"`, `"splash"` or `"xla"`.
+
+    Args:
+        query_shape: `(batch, query_length, num_heads, head_dim)`.
+        key_shape: `(batch, key_length, num_heads, head_dim)`.
+        dtype: the compute dtype of query, key and value.
+        has_mask: bool, whether a boolean mask goes with the call.
+        backend: the Keras backend. Defaults to `None`, meaning
+            `keras.backend.backend()`.
+        platform: `"cpu"`, `"gpu"` or `"tpu"`. Defaults to `None`, meaning
+            `device_platform()`.
+
+    Returns:
+        `"cudnn"` or `"splash"` where that flash kernel accepts the call,
+        else `"xla"` (the backend's own dot-product attention).
+    """
+    backend = backend or keras.backend.backend()
+    if backend != "jax":
+        return "xla"
+    platform = platform or device_platform()
+    if platform == "tpu":
+        return "xla" if has_mask else "splash"
+    if platform != "gpu":
+        return "xla"
+    if keras.backend.standardize_dtype(dtype) not in CUDNN_DTYPES:
+        return "xla"
+    head_dim = query_shape[-1]
+    if head_dim is None or head_dim % 8 or head_dim > CUDNN_MAX_HEAD_DIM:
+        return "xla"
+    query_length, key_length = query_shape[1], key_shape[1]
+    if query_length is None or key_length is None:
+        return "xla"
+    if has_mask and (query_length % 2 or key_length % 2):
+        return "xla"
+    return "cudnn"
+
+
+def fused_path_runs(dtype, backend=None, platform=None):
+    """Whether `keras.ops.dot_product_attention` can run and differentiate `dtype`.
+
+    XLA:CPU rejects the float16 dot products of JAX's fused attention with a
+    float32 accumulator (`F16_F16_F32`) when compiling its gradient, so
+    float16 on a JAX CPU takes the explicit path.
+    """
+    backend = backend or keras.backend.backend()
+    if backend != "jax" or keras.backend.standardize_dtype(dtype) != "float16":
+        return True
+    return (platform or device_platform()) != "cpu"
+
+
+def fused_dot_product_attention(query, key, value, mask=None, scale=None):
+    """`keras.ops.dot_product_attention` with the kernel chosen up front.
+
+    Args:
+        query: `(batch, query_length, num_heads, head_dim)`.
+        key: `(batch, key_length, num_heads, head_dim)`.
+        value: `(batch, key_length, num_heads, head_dim)`.
+        mask: optional boolean `(batch, query_length, key_length)`, `True`
+            where a query may attend a key. Defaults to `None`.
+        scale: float, the scale of the scores. Defaults to `None`, meaning
+            `1 / sqrt(head_dim)`.
+
+    Returns:
+        `(batch, query_length, num_heads, head_dim)`. A fully masked row is
+        not zeroed here (the caller does it).
+    """
+    kernel = choose_attention_kernel(
+        tuple(query.shape), tuple(key.shape), query.dtype, mask is not None
+    )
+    head_mask = None
+    if mask is not None:
+        # The full (batch, 1, query_length, key_length) layout: a broadcast
+        # (batch, 1, 1, key_length) mask becomes a bias cuDNN rejects.
+        head_mask = keras.ops.broadcast_to(
+            mask[:, None, :, :],
+            (
+                keras.ops.shape(query)[0],
+                1,
+                keras.ops.shape(query)[1],
+                keras.ops.shape(key)[1],
+            ),
+        )
+    # (batch, query_length, num_heads, head_dim)
+    return keras.ops.dot_product_attention(
+        query,
+        key,
+        value,
+        mask=head_mask,
+        scale=scale,
+        flash_attention=None if kernel != "xla" else False,
+    )
