@@ -48,34 +48,38 @@ def block(value):
     return value
 
 
-def interleaved_medians(functions, windows, steps_per_window):
+def interleaved_medians(functions, windows, steps_per_window, clock=None):
     """Times each callable in turn, `windows` times, rotating the order.
 
     Args:
         functions: dict name -> callable running one step (and blocking).
         windows: number of timed windows per callable.
         steps_per_window: calls per window.
+        clock: the timer. Defaults to `time.perf_counter` (wall time);
+            `time.process_time` counts this process's CPU time, all threads,
+            which other jobs on a shared machine do not inflate.
 
     Returns:
         dict name -> median seconds per call over the windows.
     """
+    clock = clock or time.perf_counter
     names = list(functions)
     samples = {name: [] for name in names}
     for window in range(windows):
         shift = window % len(names)
         for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
+            start = clock()
             for _ in range(steps_per_window):
                 functions[name]()
-            samples[name].append((time.perf_counter() - start) / steps_per_window)
+            samples[name].append((clock() - start) / steps_per_window)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def matmul_peak_flops(size=1024, repeats=5):
-    """Measured float32 matrix-multiply FLOP/s of this process's backend.
+def matmul_peak_flops(size=1024, repeats=5, dtype="float32"):
+    """Measured matrix-multiply FLOP/s of this process's backend.
 
-    Times a compiled `keras.ops.matmul` of two `(size, size)` float32
-    matrices (JAX: `jax.jit`; TensorFlow: `tf.function(jit_compile=True)`)
+    Times a compiled `keras.ops.matmul` of two `(size, size)` matrices of
+    `dtype` (JAX: `jax.jit`; TensorFlow: `tf.function(jit_compile=True)`)
     and returns the best (not the median) of `repeats` timings: the peak is
     what the hardware can do when it gets the cores.
     """
@@ -83,8 +87,8 @@ def matmul_peak_flops(size=1024, repeats=5):
     import numpy as np
 
     rng = np.random.default_rng(0)
-    a = keras.ops.convert_to_tensor(rng.standard_normal((size, size), "float32"))
-    b = keras.ops.convert_to_tensor(rng.standard_normal((size, size), "float32"))
+    a = keras.ops.convert_to_tensor(rng.standard_normal((size, size)), dtype=dtype)
+    b = keras.ops.convert_to_tensor(rng.standard_normal((size, size)), dtype=dtype)
     backend = keras.backend.backend()
     if backend == "jax":
         import jax

@@ -267,6 +267,7 @@ def main():
     from keras_attn.training import MaskedSparseCategoricalCrossentropy
 
     config = dict(train_throughput.QUICK if args.quick else train_throughput.FULL)
+    config["batch_size"], config["length"] = config["shapes"][0]
     builders = {
         "keras-attn": train_throughput.build_keras_attn,
         "keras-hub": train_throughput.build_keras_hub,

@@ -3,6 +3,8 @@
     python bench/train_throughput.py --backend jax
     python bench/train_throughput.py --backend tensorflow
     python bench/train_throughput.py --backend jax --quick   # smoke run
+    python bench/train_throughput.py --backend jax --config base-gpu   # on a GPU
+    python bench/train_throughput.py --backend jax --config base-gpu --smoke
 
 Three encoder-decoder Transformers of identical shapes (post-norm, learned
 positions, separate encoder/decoder embeddings and output projection, ReLU,
@@ -17,12 +19,31 @@ label smoothing 0, padding id 0 ignored), the same optimizer (Adam) and
 3. `keras.layers.MultiHeadAttention` blocks written as in the Keras
    English-to-Spanish translation example.
 
+keras-hub's one `dropout` also drops the attention weights, which
+keras-attn's defaults (the paper's) do not; a fourth model, "keras-attn
+(equal work)", is keras-attn with `attention_dropout` equal to keras-hub's
+`dropout`, and its keras-hub ratio is printed beside the default one.
+
 After warm-up (compilation), the models are timed in interleaved windows
 (rotating order) and the median step time per model is reported as tokens/s,
 counting source plus target positions (`batch * (source_len + target_len)`).
+A window is `steps_per_window` calls of `train_on_batch` (`--mode
+train_on_batch`, the CPU default) or one `fit` epoch over `num_batches`
+batches with `steps_per_execution` (`--mode fit`, base-gpu's default), whose
+time is divided by its steps.
 
-Model FLOPs utilisation (MFU) = model FLOPs per step / step time / measured
-float32 matmul peak (a compiled `keras.ops.matmul` timed in this process).
+`--config base-gpu` is the paper's base model (d 512, 6 + 6 layers, ff 2048,
+8 heads, vocabulary 37,000, untied) under the `mixed_bfloat16` policy, at
+batches 128 x 64 and 64 x 256, trained by `fit` with `steps_per_execution`
+16: the GPU benchmark. `--smoke` runs any config's code path (dtype
+policy, mode, steps per execution) at the quick config's tiny sizes, one
+window, as a start-up check on any machine.
+
+Model FLOPs utilisation (MFU) = model FLOPs per step / step time / a peak:
+the matmul peak measured in this process (a compiled `keras.ops.matmul` in
+the compute dtype, float32 or bfloat16), and, where given (`--peak-tflops`;
+base-gpu defaults to 989, an H100 SXM's dense bfloat16 peak), the device's
+datasheet peak.
 Model FLOPs per step count the matrix products only, forward x 3 (forward
 plus the two backward products), with `2*m*n*k` per product:
 
@@ -50,27 +71,60 @@ FULL = dict(
     intermediate_dim=1024,
     vocabulary_size=8000,
     dropout=0.1,
-    batch_size=64,
-    length=24,
+    shapes=[(64, 24)],  # (batch, length) of source and target
+    dtype_policy="float32",
+    mode="train_on_batch",
+    steps_per_execution=1,
+    peak_tflops=None,
+    matmul_size=1024,
     warmup=3,
     windows=7,
     steps_per_window=3,
     num_batches=4,
 )
 QUICK = dict(
+    FULL,
     hidden_dim=32,
     num_layers=1,
     num_heads=2,
     intermediate_dim=64,
     vocabulary_size=200,
-    dropout=0.1,
-    batch_size=4,
-    length=8,
+    shapes=[(4, 8)],
+    matmul_size=256,
     warmup=1,
     windows=2,
     steps_per_window=1,
     num_batches=2,
 )
+BASE_GPU = dict(
+    hidden_dim=512,
+    num_layers=6,
+    num_heads=8,
+    intermediate_dim=2048,
+    vocabulary_size=37000,
+    dropout=0.1,
+    shapes=[(128, 64), (64, 256)],
+    dtype_policy="mixed_bfloat16",
+    mode="fit",
+    steps_per_execution=16,
+    peak_tflops=989.0,  # H100 SXM, dense bfloat16
+    matmul_size=8192,
+    warmup=1,  # one `fit` epoch: compiles
+    windows=7,
+    steps_per_window=1,
+    num_batches=64,
+)
+CONFIGS = {"cpu": FULL, "base-gpu": BASE_GPU}
+
+
+def smoke_config(c):
+    """`c`'s code path (dtype policy, mode, steps per execution), tiny."""
+    sizes = ("hidden_dim", "num_layers", "num_heads", "intermediate_dim")
+    sizes += ("vocabulary_size", "shapes", "matmul_size")
+    smoke = dict(c, **{k: QUICK[k] for k in sizes}, warmup=1, windows=1)
+    smoke["steps_per_execution"] = min(c["steps_per_execution"], 2)
+    smoke["num_batches"] = 2 * smoke["steps_per_execution"]
+    return smoke
 
 
 def model_flops_per_step(c):
@@ -96,6 +150,7 @@ def build_keras_attn(c):
         num_heads=c["num_heads"],
         intermediate_dim=c["intermediate_dim"],
         dropout=c["dropout"],
+        attention_dropout=c.get("attention_dropout", 0.0),
         max_sequence_length=c["length"],
         position="learned",
         tie_embeddings=False,
@@ -218,45 +273,104 @@ def make_batches(c, seed=0):
     return batches
 
 
-def main():
+BUILDERS = {
+    "keras-attn": build_keras_attn,
+    "keras-hub": build_keras_hub,
+    "keras.layers.MHA": build_keras_mha,
+    # keras-hub's `dropout` also drops attention weights: the same work.
+    "keras-attn (equal work)": lambda c: build_keras_attn(
+        dict(c, attention_dropout=c["dropout"])
+    ),
+}
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="jax", choices=["jax", "tensorflow"])
+    parser.add_argument(
+        "--config",
+        default="cpu",
+        choices=sorted(CONFIGS),
+        help="cpu: d 256, 3+3 layers, float32, train_on_batch (default); "
+        "base-gpu: the paper's base model, bf16, fit with steps_per_execution",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny smoke config")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the chosen config's code path at tiny sizes, one window",
+    )
+    parser.add_argument("--mode", choices=("train_on_batch", "fit"), default=None)
+    parser.add_argument("--steps-per-execution", type=int, default=None)
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="the device's dense peak in the compute dtype, for MFU "
+        "(base-gpu: 989, an H100 SXM in bfloat16)",
+    )
     common.add_host_memory_flag(parser)
     parser.add_argument("--windows", type=int, default=None)
-    args = parser.parse_args()
-    host_memory = common.select_backend(args.backend, args.system_malloc)
-    print(host_memory, flush=True)
+    args = parser.parse_args(argv)
+    if args.steps_per_execution is not None and args.steps_per_execution < 1:
+        parser.error(
+            "--steps-per-execution must be >= 1. "
+            f"Received: --steps-per-execution={args.steps_per_execution}"
+        )
+    return args
 
-    import keras
 
+def resolve_config(args):
+    c = dict(QUICK if args.quick else CONFIGS[args.config])
+    if args.smoke:
+        c = smoke_config(c)
+    for key in ("mode", "steps_per_execution", "peak_tflops", "windows"):
+        if getattr(args, key) is not None:
+            c[key] = getattr(args, key)
+    if c["mode"] == "fit" and c["num_batches"] % c["steps_per_execution"]:
+        # A last, shorter execution would time a second compiled program.
+        c["num_batches"] += -c["num_batches"] % c["steps_per_execution"]
+    return c
+
+
+def make_step(model, batches, c):
+    """One timed unit: `(callable, steps it runs)`."""
+    import numpy as np
+
+    if c["mode"] == "train_on_batch":
+        counter = [0]
+
+        def step():
+            x, y = batches[counter[0] % len(batches)]
+            counter[0] += 1
+            model.train_on_batch(x, y)
+
+        return step, 1
+    x = {k: np.concatenate([b[0][k] for b in batches]) for k in batches[0][0]}
+    y = np.concatenate([b[1] for b in batches])
+    batch_size = len(batches[0][1])
+
+    def epoch():
+        model.fit(x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
+
+    return epoch, len(batches)
+
+
+def measure_shape(c, args, keras):
     from keras_attn.training import MaskedSparseCategoricalCrossentropy
 
-    c = dict(QUICK if args.quick else FULL)
-    if args.windows:
-        c["windows"] = args.windows
     keras.utils.set_random_seed(0)
     batches = make_batches(c)
-    builders = {
-        "keras-attn": build_keras_attn,
-        "keras-hub": build_keras_hub,
-        "keras.layers.MHA": build_keras_mha,
-    }
-    steps = {}
-    for name, build in builders.items():
+    steps, per_call = {}, {}
+    for name, build in BUILDERS.items():
         model = build(c)
         model.compile(
             optimizer=keras.optimizers.Adam(1e-4),
             loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.0),
             jit_compile=True,
+            steps_per_execution=c["steps_per_execution"],
         )
-        counter = [0]
-
-        def step(model=model, counter=counter):
-            x, y = batches[counter[0] % len(batches)]
-            counter[0] += 1
-            model.train_on_batch(x, y)
-
+        step, per_call[name] = make_step(model, batches, c)
         for _ in range(c["warmup"]):
             step()
         print(
@@ -265,22 +379,72 @@ def main():
             flush=True,
         )
         steps[name] = step
+    windows, per_window = c["windows"], c["steps_per_window"]
+    medians = common.interleaved_medians(steps, windows, per_window)
+    return {name: seconds / per_call[name] for name, seconds in medians.items()}
 
-    peak = common.matmul_peak_flops(256 if args.quick else 1024)
-    medians = common.interleaved_medians(steps, c["windows"], c["steps_per_window"])
-    peak = max(peak, common.matmul_peak_flops(256 if args.quick else 1024))
-    tokens = c["batch_size"] * 2 * c["length"]
-    flops = model_flops_per_step(c)
+
+def main(argv=None):
+    args = parse_args(argv)
+    host_memory = common.select_backend(args.backend, args.system_malloc)
+    print(host_memory, flush=True)
+
+    import keras
+
+    c = resolve_config(args)
+    keras.config.set_dtype_policy(c["dtype_policy"])
+    compute_dtype = keras.config.dtype_policy().compute_dtype
+    print(
+        f"config {'quick' if args.quick else args.config}"
+        f"{' (smoke)' if args.smoke else ''}: d {c['hidden_dim']}, "
+        f"{c['num_layers']}+{c['num_layers']} layers, ff {c['intermediate_dim']}, "
+        f"{c['num_heads']} heads, vocabulary {c['vocabulary_size']}, "
+        f"dtype policy {c['dtype_policy']}, {c['mode']} with "
+        f"steps_per_execution={c['steps_per_execution']}",
+        flush=True,
+    )
+    try:
+        devices = ", ".join(keras.distribution.list_devices())
+    except Exception:  # a backend without `list_devices`
+        devices = "unknown"
+    print(f"devices: {devices}", flush=True)
+    peak = common.matmul_peak_flops(c["matmul_size"], dtype=compute_dtype)
+    results = {}
+    for batch_size, length in c["shapes"]:
+        shape = dict(c, batch_size=batch_size, length=length)
+        results[(batch_size, length)] = measure_shape(shape, args, keras)
+    peak = max(peak, common.matmul_peak_flops(c["matmul_size"], dtype=compute_dtype))
     print(f"backend: {args.backend}")
-    print(f"matmul peak: {peak / 1e9:.1f} GFLOP/s (float32)")
-    print(f"model FLOPs per step: {flops / 1e9:.2f} GFLOP, tokens per step: {tokens}")
-    print(f"{'model':<18}{'step (ms)':>10}{'tokens/s':>10}{'MFU':>8}")
-    for name, seconds in medians.items():
-        mfu = flops / seconds / peak
-        print(f"{name:<18}{seconds * 1e3:>10.1f}{tokens / seconds:>10.0f}{mfu:>8.1%}")
-    ours = medians["keras-attn"]
-    for name in ("keras-hub", "keras.layers.MHA"):
-        print(f"ratio keras-attn/{name}: {medians[name] / ours:.2f}x")
+    print(f"matmul peak: {peak / 1e9:.1f} GFLOP/s ({compute_dtype}, measured)")
+    if c["peak_tflops"]:
+        print(f"device peak: {c['peak_tflops']:.0f} TFLOP/s (--peak-tflops)")
+    for (batch_size, length), medians in results.items():
+        shape = dict(c, batch_size=batch_size, length=length)
+        tokens = batch_size * 2 * length
+        flops = model_flops_per_step(shape)
+        print(
+            f"\nbatch {batch_size} x {length}: model FLOPs per step "
+            f"{flops / 1e9:.2f} GFLOP, tokens per step: {tokens}"
+        )
+        header = f"{'model':<25}{'step (ms)':>10}{'tokens/s':>10}{'MFU':>8}"
+        if c["peak_tflops"]:
+            header += f"{'MFU dev':>9}"
+        print(header)
+        for name, seconds in medians.items():
+            mfu = flops / seconds / peak
+            row = f"{name:<25}{seconds * 1e3:>10.1f}{tokens / seconds:>10.0f}"
+            row += f"{mfu:>8.1%}"
+            if c["peak_tflops"]:
+                row += f"{flops / seconds / (c['peak_tflops'] * 1e12):>9.1%}"
+            print(row)
+        ours = medians["keras-attn"]
+        for name in ("keras-hub", "keras.layers.MHA"):
+            print(f"ratio keras-attn/{name}: {medians[name] / ours:.2f}x")
+        equal = medians["keras-hub"] / medians["keras-attn (equal work)"]
+        print(
+            f"ratio keras-attn/keras-hub at equal work "
+            f"(attention_dropout={c['dropout']}): {equal:.2f}x"
+        )
 
 
 if __name__ == "__main__":

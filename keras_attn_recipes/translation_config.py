@@ -30,6 +30,12 @@ class TranslationConfig:
     (`train_steps`), so a setting trains the same model on every machine;
     `epochs` (passes over the data) may be given instead, for short runs.
     `time_budget_minutes` is an optional safety stop, off by default.
+    `steps_per_execution` is `compile`'s: Keras's host work (callbacks,
+    state hand-over; on TensorFlow, the graph call) runs once per that many
+    updates. It defaults to 1 because the update budget stops, and its log
+    rows fall, at exact update counts only when it divides them (see
+    `UpdateBudget`); the CPU step of the settings here is compute-bound
+    (docs/performance.md, "Host time per step").
     """
 
     preset: str = "transformer_small"
@@ -52,6 +58,7 @@ class TranslationConfig:
     beam_size: int = 4
     length_penalty_alpha: float = 0.6
     average_checkpoints: int = 1  # `evaluate` averages the last N epochs
+    steps_per_execution: int = 1  # updates per host round trip (`compile`)
     evaluation_pairs: int | None = None  # None: the whole split
     seed: int = 0
 
@@ -86,6 +93,7 @@ class TranslationConfig:
             "warmup_steps",
             "beam_size",
             "average_checkpoints",
+            "steps_per_execution",
         )
         optional_positive = ("num_layers", "hidden_dim", "num_heads")
         optional_positive += ("train_steps", "epochs")

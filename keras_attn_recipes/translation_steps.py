@@ -76,6 +76,7 @@ def build_model(config, vocabulary_size):
             label_smoothing=config.label_smoothing, ignore_class=model.pad_id
         ),
         metrics=[MaskedAccuracy(ignore_class=model.pad_id)],
+        steps_per_execution=config.steps_per_execution,
     )
     return model
 

@@ -36,6 +36,18 @@ class UpdateBudget(keras.callbacks.Callback):
     Put it after the callback that restores a backup: it reads the restored
     optimizer's update count when training begins.
 
+    With `steps_per_execution=N` in `compile`, Keras calls the batch
+    callbacks once per N updates, with the index of the group's last batch;
+    the count is taken from that index, capped at the epoch's length where
+    Keras knows it, and from the optimizer at each epoch's end (where a
+    last, shorter group of an epoch of unknown length leaves the index
+    ahead). A log row is written at the first callback at or past each
+    multiple of `log_every`, labelled with the true update count, and
+    training stops at the first callback at or past `total_updates`: both
+    are exact when N divides `log_every` and the updates left, and otherwise
+    up to N - 1 updates late. The translation recipe therefore defaults to
+    `steps_per_execution=1`.
+
     Args:
         total_updates: int, optimizer updates of the whole run.
         log_path: CSV file to append to, or `None`.
@@ -57,18 +69,27 @@ class UpdateBudget(keras.callbacks.Callback):
         self._start_updates = self.updates
         self._start_time = time.time()
         self._epoch = 0
+        self._epoch_start_updates = self.updates
         if self.log_path is not None and not self.log_path.exists():
             with open(self.log_path, "w", newline="") as file:
                 csv.writer(file).writerow(LOG_FIELDS)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
+        self._epoch_start_updates = self.updates
 
     def on_train_batch_end(self, batch, logs=None):
-        # Counted here rather than read from the optimizer: on JAX its
-        # variables are only brought up to date at the end of an epoch.
-        self.updates += 1
-        if self.updates % self.log_every == 0 and self.log_path is not None:
+        # Counted from the batch index rather than read from the optimizer:
+        # on JAX its variables are only brought up to date at the end of an
+        # epoch. `batch` is the last index of the group of
+        # `steps_per_execution` batches that just ran.
+        steps = self.params.get("steps") if self.params else None
+        if steps:  # Known epoch length: a last, shorter group ends there.
+            batch = min(batch, steps - 1)
+        previous = self.updates
+        self.updates = self._epoch_start_updates + batch + 1
+        crossed = self.updates // self.log_every > previous // self.log_every
+        if crossed and self.log_path is not None:
             self._log((logs or {}).get("loss"))
         if self.updates >= self.total_updates:
             self.model.stop_training = True
@@ -84,6 +105,9 @@ class UpdateBudget(keras.callbacks.Callback):
             )
 
     def on_epoch_end(self, epoch, logs=None):
+        # The state is synchronised here on every backend; a last group
+        # shorter than `steps_per_execution` left the batch index ahead.
+        self.updates = int(self.model.optimizer.iterations)
         if logs is not None:
             logs["updates"] = self.updates
         done = self.updates - self._start_updates

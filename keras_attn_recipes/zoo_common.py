@@ -34,6 +34,13 @@ def add_common_arguments(parser, default_output_dir):
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--steps-per-execution",
+        type=positive_int,
+        default=None,
+        help="Updates per host round trip, `compile`'s argument (default: the "
+        "setting's, lowered to a divisor of the steps per epoch).",
+    )
+    parser.add_argument(
         "--verbose",
         type=int,
         choices=(0, 1, 2),
@@ -139,11 +146,25 @@ def resolve_config(settings, args):
         overrides["epochs"] = args.epochs
     if args.time_budget_minutes is not None:
         overrides["time_budget_minutes"] = args.time_budget_minutes
+    if args.steps_per_execution is not None:
+        overrides["steps_per_execution"] = args.steps_per_execution
     config = dataclasses.replace(
         settings["quick" if args.quick else "default"], **overrides
     )
     args.output_dir.mkdir(parents=True, exist_ok=True)
     return config
+
+
+def fit_steps_per_execution(wanted, steps_per_epoch):
+    """The largest divisor of `steps_per_epoch` that is at most `wanted`.
+
+    Keras runs whole groups of `steps_per_execution` batches: with an
+    endless generator and `steps_per_epoch` not a multiple of the group, an
+    epoch would run past `steps_per_epoch` (and the learning-rate schedule,
+    counted in updates, with it).
+    """
+    wanted = max(1, min(wanted, steps_per_epoch))
+    return next(n for n in range(wanted, 0, -1) if steps_per_epoch % n == 0)
 
 
 def time_budget_callback(minutes):

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from keras_attn_recipes.zoo_common import (  # noqa: E402
     add_common_arguments,
+    fit_steps_per_execution,
     pad_to_batches,
     plot_history,
     resolve_config,
@@ -56,6 +57,9 @@ class TextClassificationConfig:
     weight_decay: float = 0.01
     warmup_epochs: int = 1
     time_budget_minutes: float | None = None
+    # Updates per host round trip (`compile`), at most; see
+    # `fit_steps_per_execution`.
+    steps_per_execution: int = 8
     seed: int = 0
 
 
@@ -211,6 +215,9 @@ def main(argv=None):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         # Weighted: the rows `pad_to_batches` adds have weight 0.
         weighted_metrics=["accuracy"],
+        steps_per_execution=fit_steps_per_execution(
+            config.steps_per_execution, steps_per_epoch
+        ),
     )
     print(f"Model {config.preset}: {model.count_params():,} parameters.")
     # Equal-shaped batches: one compiled training and one evaluation step.

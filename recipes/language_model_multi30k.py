@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from keras_attn_recipes.zoo_common import (  # noqa: E402
     add_common_arguments,
+    fit_steps_per_execution,
     pad_to_batches,
     plot_history,
     resolve_config,
@@ -52,6 +53,9 @@ class LanguageModelConfig:
     weight_decay: float = 0.01
     warmup_steps: int = 200
     time_budget_minutes: float | None = None
+    # Updates per host round trip (`compile`), at most; see
+    # `fit_steps_per_execution`.
+    steps_per_execution: int = 8
     top_k: int = 20
     top_p: float = 0.9
     seed: int = 0
@@ -222,6 +226,9 @@ def main(argv=None):
             label_smoothing=0.0, ignore_class=tokenizer.pad_id
         ),
         metrics=[MaskedAccuracy(ignore_class=tokenizer.pad_id)],
+        steps_per_execution=fit_steps_per_execution(
+            config.steps_per_execution, steps_per_epoch
+        ),
     )
     print(f"Model {config.preset}: {model.count_params():,} parameters.")
     before = perplexities(model, val_ids, val_text, config.batch_size, tokenizer.pad_id)

@@ -15,12 +15,14 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def run_quick(script):
+def run_quick(script, *flags):
+    """Runs `script --backend <current> <flags>` (default `--quick`)."""
     backend = keras.backend.backend()
     if backend not in ("jax", "tensorflow"):
         pytest.skip(f"benchmarks run on jax and tensorflow, not {backend}")
+    flags = flags or ("--quick",)
     result = subprocess.run(
-        [sys.executable, str(BENCH / script), "--backend", backend, "--quick"],
+        [sys.executable, str(BENCH / script), "--backend", backend, *flags],
         capture_output=True,
         text=True,
         timeout=600,
@@ -30,13 +32,54 @@ def run_quick(script):
     return result.stdout
 
 
-def test_train_throughput_quick():
-    out = run_quick("train_throughput.py")
-    assert "matmul peak:" in out
+def test_train_throughput_base_gpu_smoke():
+    # The GPU command's code path (mixed_bfloat16, `fit` with
+    # steps_per_execution, both MFU columns) at the quick sizes; the
+    # `train_on_batch` path runs in test_host_overhead_quick.
+    out = run_quick("train_throughput.py", "--config", "base-gpu", "--smoke")
+    assert "mixed_bfloat16, fit with steps_per_execution=2" in out
+    assert "matmul peak:" in out and "(bfloat16, measured)" in out
+    assert "device peak: 989 TFLOP/s" in out and "MFU dev" in out
     for name in ("keras-attn", "keras-hub", "keras.layers.MHA"):
         assert f"\n{name} " in out
+    assert "\nkeras-attn (equal work) " in out
     assert "ratio keras-attn/keras-hub:" in out
     assert "ratio keras-attn/keras.layers.MHA:" in out
+    assert "ratio keras-attn/keras-hub at equal work (attention_dropout=0.1):" in out
+
+
+def test_host_overhead_quick():
+    out = run_quick("host_overhead.py")
+    assert "seed generators" in out
+    for name in ("keras-attn", "keras-hub"):
+        assert f"\n{name} " in out
+    assert "ratio keras-attn/keras-hub: train_on_batch " in out
+    assert "fit spe=2 " in out
+
+
+def test_decoding_throughput_base_gpu_smoke():
+    out = run_quick("decoding_throughput.py", "--config", "base-gpu", "--smoke")
+    assert "dtype policy mixed_bfloat16" in out
+    for name in ("greedy, cached", "greedy, uncached", "beam 4, cached"):
+        assert f"\n{name} " in out
+    assert "cached / uncached greedy speedup:" in out
+
+
+def test_cost_analysis_quick():
+    if keras.backend.backend() != "jax":
+        pytest.skip("XLA's cost analysis is read through JAX")
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "cost_analysis.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "KERAS_BACKEND": "jax"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "train step: " in result.stdout and "MB accessed" in result.stdout
+    assert "fusions: " in result.stdout
+    assert "LayerNorm(x + Dropout(y))" in result.stdout
+    assert "loss on the output projection" in result.stdout
 
 
 def test_real_tokens_quick():
