@@ -17,6 +17,7 @@ RESUMABLE_CHANGES = frozenset(
         "length_penalty_alpha",
         "average_checkpoints",
         "evaluation_pairs",
+        "steps_per_execution",
     }
 )
 
