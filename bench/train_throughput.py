@@ -2,6 +2,7 @@
 
     python bench/train_throughput.py --backend jax
     python bench/train_throughput.py --backend tensorflow
+    python bench/train_throughput.py --backend torch   # eager; --torch-compile
     python bench/train_throughput.py --backend jax --quick   # smoke run
 
 Three encoder-decoder Transformers of identical shapes (post-norm, learned
@@ -9,7 +10,8 @@ positions, separate encoder/decoder embeddings and output projection, ReLU,
 dropout 0.1, float32) train in ONE process on the same random batches with
 the same loss (`keras_attn.training.MaskedSparseCategoricalCrossentropy`,
 label smoothing 0, padding id 0 ignored), the same optimizer (Adam) and
-`jit_compile=True`:
+`jit_compile=True` (on torch: eager steps, Keras's default there, unless
+`--torch-compile`):
 
 1. `keras_attn.models.Transformer`;
 2. keras-hub 0.32's `TokenAndPositionEmbedding`, `TransformerEncoder`,
@@ -220,10 +222,16 @@ def make_batches(c, seed=0):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backend", default="jax", choices=["jax", "tensorflow"])
+    parser.add_argument("--backend", default="jax", choices=["jax", "tensorflow", "torch"])
     parser.add_argument("--quick", action="store_true", help="tiny smoke config")
     common.add_host_memory_flag(parser)
     parser.add_argument("--windows", type=int, default=None)
+    parser.add_argument(
+        "--torch-compile",
+        action="store_true",
+        help="torch only: jit_compile=True (torch.compile) instead of Keras's "
+        "default for torch, eager steps",
+    )
     args = parser.parse_args()
     host_memory = common.select_backend(args.backend, args.system_malloc)
     print(host_memory, flush=True)
@@ -242,13 +250,17 @@ def main():
         "keras-hub": build_keras_hub,
         "keras.layers.MHA": build_keras_mha,
     }
+    # XLA on JAX and TensorFlow; on torch Keras's default is eager steps
+    # (`jit_compile="auto"` resolves to False), `--torch-compile` asks for
+    # `torch.compile`.
+    jit_compile = args.backend != "torch" or args.torch_compile
     steps = {}
     for name, build in builders.items():
         model = build(c)
         model.compile(
             optimizer=keras.optimizers.Adam(1e-4),
             loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.0),
-            jit_compile=True,
+            jit_compile=jit_compile,
         )
         counter = [0]
 
