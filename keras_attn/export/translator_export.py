@@ -311,6 +311,17 @@ def export_translator(
         check_beam_search_args(beam_size, length_penalty_alpha)
         options = dict(beam_size=beam_size, length_penalty_alpha=length_penalty_alpha)
     max_source_length = _check_max_source_length(model, max_source_length)
+    if source_length_buckets == "auto":
+        source_length_buckets = default_source_length_buckets(max_source_length)
+    elif source_length_buckets is not None:
+        source_length_buckets = _check_buckets(
+            source_length_buckets, "source_length_buckets", max_source_length
+        )
+    on_jax = keras.backend.backend() == "jax"
+    if batch_size_buckets == "auto":
+        batch_size_buckets = JAX_BATCH_SIZE_BUCKETS if on_jax else None
+    elif batch_size_buckets is not None:
+        batch_size_buckets = _check_buckets(batch_size_buckets, "batch_size_buckets")
     if keras.backend.backend() == "torch":
         if jax_platforms is not None:
             raise ValueError(
@@ -328,17 +339,6 @@ def export_translator(
             batch_size_buckets=batch_size_buckets,
             verbose=verbose,
         )
-    if source_length_buckets == "auto":
-        source_length_buckets = default_source_length_buckets(max_source_length)
-    elif source_length_buckets is not None:
-        source_length_buckets = _check_buckets(
-            source_length_buckets, "source_length_buckets", max_source_length
-        )
-    on_jax = keras.backend.backend() == "jax"
-    if batch_size_buckets == "auto":
-        batch_size_buckets = JAX_BATCH_SIZE_BUCKETS if on_jax else None
-    elif batch_size_buckets is not None:
-        batch_size_buckets = _check_buckets(batch_size_buckets, "batch_size_buckets")
     endpoint_options = {}
     if on_jax:
         jax2tf_kwargs = {"with_gradient": False}
