@@ -78,7 +78,7 @@ PAD_ID, START_ID, END_ID = 0, 2, 3
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=("jax", "tensorflow"), default="jax")
+    parser.add_argument("--backend", choices=("jax", "tensorflow", "torch"), default="jax")
     parser.add_argument(
         "--runs", type=int, default=5, help="timed runs per strategy (median)"
     )

@@ -2,6 +2,7 @@
 
     python bench/train_throughput.py --backend jax
     python bench/train_throughput.py --backend tensorflow
+    python bench/train_throughput.py --backend torch   # eager; --torch-compile
     python bench/train_throughput.py --backend jax --quick   # smoke run
     python bench/train_throughput.py --backend jax --config base-gpu   # on a GPU
     python bench/train_throughput.py --backend jax --config base-gpu --smoke
@@ -11,7 +12,8 @@ positions, separate encoder/decoder embeddings and output projection, ReLU,
 dropout 0.1, float32) train in ONE process on the same random batches with
 the same loss (`keras_attn.training.MaskedSparseCategoricalCrossentropy`,
 label smoothing 0, padding id 0 ignored), the same optimizer (Adam) and
-`jit_compile=True`:
+`jit_compile=True` (on torch: eager steps, Keras's default there, unless
+`--torch-compile`):
 
 1. `keras_attn.models.Transformer`;
 2. keras-hub 0.32's `TokenAndPositionEmbedding`, `TransformerEncoder`,
@@ -286,7 +288,7 @@ BUILDERS = {
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backend", default="jax", choices=["jax", "tensorflow"])
+    parser.add_argument("--backend", default="jax", choices=["jax", "tensorflow", "torch"])
     parser.add_argument(
         "--config",
         default="cpu",
@@ -311,6 +313,12 @@ def parse_args(argv=None):
     )
     common.add_host_memory_flag(parser)
     parser.add_argument("--windows", type=int, default=None)
+    parser.add_argument(
+        "--torch-compile",
+        action="store_true",
+        help="torch only: jit_compile=True (torch.compile) instead of Keras's "
+        "default for torch, eager steps",
+    )
     args = parser.parse_args(argv)
     if args.steps_per_execution is not None and args.steps_per_execution < 1:
         parser.error(
@@ -361,13 +369,17 @@ def measure_shape(c, args, keras):
 
     keras.utils.set_random_seed(0)
     batches = make_batches(c)
+    # XLA on JAX and TensorFlow; on torch Keras's default is eager steps
+    # (`jit_compile="auto"` resolves to False), `--torch-compile` asks for
+    # `torch.compile`.
+    jit_compile = args.backend != "torch" or args.torch_compile
     steps, per_call = {}, {}
     for name, build in BUILDERS.items():
         model = build(c)
         model.compile(
             optimizer=keras.optimizers.Adam(1e-4),
             loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.0),
-            jit_compile=True,
+            jit_compile=jit_compile,
             steps_per_execution=c["steps_per_execution"],
         )
         step, per_call[name] = make_step(model, batches, c)

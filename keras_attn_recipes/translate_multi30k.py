@@ -11,7 +11,7 @@
 
 Installed, the same command line is `keras-attn-translate ...`.
 
-Every subcommand takes `--backend {jax,tensorflow}`. Training writes into
+Every subcommand takes `--backend {jax,tensorflow,torch}`. Training writes into
 `--output-dir`: the tokenizer, `model.keras`, a checkpoint per epoch, a
 backup that a restarted `train` resumes from, TensorBoard logs, the history
 and a learning-curve plot. Settings are data (`translation_config.py`);
@@ -82,7 +82,7 @@ def parse_args(argv=None):
     def common(sub):
         sub.add_argument(
             "--backend",
-            choices=("jax", "tensorflow"),
+            choices=("jax", "tensorflow", "torch"),
             default=None,
             help="Keras backend (default: $KERAS_BACKEND or jax).",
         )
@@ -200,6 +200,16 @@ def main(argv=None):
         # per-step CPU buffers reuse memory instead of page-faulting.
         keras_attn.reuse_freed_host_memory()
     config = None
+    distribute = getattr(args, "distribute", "none")
+    if distribute != "none" and os.environ["KERAS_BACKEND"] == "torch":
+        # Refused before any work (keras_attn.distribution.configure says the
+        # same): Keras has no `keras.distribution` on torch.
+        sys.exit(
+            f"error: --distribute {distribute} needs KERAS_BACKEND=jax or "
+            "tensorflow: Keras implements keras.distribution for JAX only (and "
+            "keras-attn uses tf.distribute on TensorFlow); on torch, train on "
+            "one device (--distribute none). See docs/distribution.md."
+        )
     if args.command in ("train", "all"):
         try:
             config = SETTINGS[args.setting].replace(**dict(args.overrides))

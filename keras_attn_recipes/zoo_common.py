@@ -20,7 +20,7 @@ def add_common_arguments(parser, default_output_dir):
     )
     parser.add_argument(
         "--backend",
-        choices=("jax", "tensorflow"),
+        choices=("jax", "tensorflow", "torch"),
         default=None,
         help="Keras backend (default: $KERAS_BACKEND or jax).",
     )

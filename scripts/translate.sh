@@ -3,9 +3,11 @@
 # the bundled Multi30k data (about 10 minutes on 2 CPU cores), print its BLEU
 # on test_2016_flickr and a few translations.
 # Usage: bash scripts/translate.sh [extra recipe arguments]
+#   KERAS_BACKEND=tensorflow|torch bash scripts/translate.sh   # another backend
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh "jax,recipes"
 export KERAS_BACKEND="${KERAS_BACKEND:-jax}"
+# The backend's extra (jax, tensorflow or torch) and the recipe's.
+bash scripts/setup.sh "${KERAS_BACKEND},recipes"
 exec .venv/bin/python recipes/translate_multi30k.py all --setting quick \
   --output-dir runs/multi30k_quick "$@"

@@ -221,6 +221,12 @@ def gradient(fn, x, jit=True):
             tape.watch(x)
             total = ops.sum(ops.cast(fn(x), "float32"))
         grad = tape.gradient(total, x)
+    elif backend == "torch":
+        import torch
+
+        x = x.detach().clone().requires_grad_(True)
+        total = ops.sum(ops.cast(fn(x), "float32"))
+        (grad,) = torch.autograd.grad(total, x)
     else:
         raise NotImplementedError(f"gradient() does not support {backend}")
     return _to_numpy(grad)

@@ -273,6 +273,15 @@ def configure(
             tf_strategy=tf_strategy,
         )
 
+    if backend == "torch":
+        raise ValueError(
+            f"`kind={kind!r}` is not available on the torch backend: Keras "
+            "implements `keras.distribution` for JAX only (and keras-attn uses "
+            "tf.distribute on TensorFlow), and keras-attn does not add a data- "
+            "or model-parallel layer of its own. Train with kind='none' on "
+            "torch, or use KERAS_BACKEND=jax or tensorflow to distribute. "
+            "Received: KERAS_BACKEND=torch"
+        )
     raise ValueError(
         f"`kind={kind!r}` needs the JAX or TensorFlow backend. "
         f"Received: KERAS_BACKEND={backend}"

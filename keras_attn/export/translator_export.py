@@ -7,6 +7,7 @@ import keras
 import tensorflow as tf
 
 from keras_attn.export.jax_stablehlo import tensorflow_compatible_stablehlo
+from keras_attn.export.tensorflow_process import export_in_tensorflow_process
 from keras_attn.generation.beam_search import beam_search, check_beam_search_args
 from keras_attn.generation.decoding_loop import MAX_LENGTH_OFFSET
 from keras_attn.generation.greedy_search import greedy_search
@@ -214,7 +215,7 @@ def export_translator(
     jax_platforms=None,
     verbose=True,
 ):
-    """Writes a SavedModel that translates raw strings, on either backend.
+    """Writes a SavedModel that translates raw strings, on any backend.
 
     Everything runs inside the TensorFlow graph: SentencePiece tokenization
     (tensorflow-text), the encoder, cached beam or greedy search from
@@ -223,6 +224,11 @@ def export_translator(
     keras-attn. The tokenizer's model travels inside the SavedModel (its
     tensorflow-text resource), with a copy in `assets.extra/tokenizer/`, so
     the directory can be moved.
+
+    On torch, the model and tokenizer are saved to a temporary directory
+    and exported by a TensorFlow-backend subprocess
+    (`keras_attn.export.tensorflow_process`): Keras exports a SavedModel
+    from torch only through `torch_xla`. The result is a TensorFlow export.
 
     The model is written with `keras.export.ExportArchive`. On JAX the
     decoder endpoints are converted with `jax2tf`: each new input shape is
@@ -316,6 +322,23 @@ def export_translator(
         batch_size_buckets = JAX_BATCH_SIZE_BUCKETS if on_jax else None
     elif batch_size_buckets is not None:
         batch_size_buckets = _check_buckets(batch_size_buckets, "batch_size_buckets")
+    if keras.backend.backend() == "torch":
+        if jax_platforms is not None:
+            raise ValueError(
+                "`jax_platforms` applies to the JAX backend only. Received: "
+                f"jax_platforms={jax_platforms!r} with KERAS_BACKEND=torch"
+            )
+        return export_in_tensorflow_process(
+            model,
+            tokenizer,
+            directory,
+            strategy=strategy,
+            **options,
+            max_source_length=max_source_length,
+            source_length_buckets=source_length_buckets,
+            batch_size_buckets=batch_size_buckets,
+            verbose=verbose,
+        )
     endpoint_options = {}
     if on_jax:
         jax2tf_kwargs = {"with_gradient": False}

@@ -246,6 +246,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
             hidden_dim)` and the updated cache.
         """
         key_cache, value_cache = self_attention_cache
+        # A direct call (not through `__call__`) may pass NumPy: on torch,
+        # `ndarray + tensor` in the residual would then fail.
+        decoder_sequence = ops.convert_to_tensor(decoder_sequence)
         new_length = ops.shape(decoder_sequence)[1]
         max_length = ops.shape(key_cache)[1]
         # (1, new_length, max_length): new position i sees cache slots <= index + i.

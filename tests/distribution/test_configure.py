@@ -36,6 +36,7 @@ def test_none_is_one_device_and_a_no_op_scope():
     assert distribution.check_batch_size(7) == 7
 
 
+@pytest.mark.skipif(BACKEND == "torch", reason="no keras.distribution on torch")
 def test_data_on_the_one_test_device():
     distribution = configure("data")
     assert distribution.num_replicas == 1 and distribution.mesh_shape == (1,)
@@ -64,6 +65,9 @@ def test_data_on_the_one_test_device():
     ],
 )
 def test_bad_arguments_are_named(kwargs, match):
+    if BACKEND == "torch" and match == "`mesh_shape` must be":
+        # Checked against the devices, which torch never gets to.
+        match = "not available on the torch backend"
     with pytest.raises(ValueError, match=match):
         configure(**kwargs)
 
@@ -80,6 +84,13 @@ def test_jax_model_mesh_must_cover_the_devices():
 def test_tensorflow_rejects_model_parallelism():
     with pytest.raises(ValueError, match="only supported on the JAX backend"):
         configure("model", mesh_shape=(1, 1))
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="torch only")
+@pytest.mark.parametrize("kind", ["data", "model"])
+def test_torch_refuses_distribution_with_the_reason(kind):
+    with pytest.raises(ValueError, match=f"`kind='{kind}'` is not available on the torch"):
+        configure(kind)
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="JAX only")

@@ -15,6 +15,10 @@ from zoo_cases import ZOO_MODELS, make_inputs, make_model  # noqa: E402
 SHAPES = ((2, 5), (3, 9))  # (batch, length), both served by one artifact
 
 
+@pytest.mark.skipif(
+    keras.backend.backend() == "torch",
+    reason="Keras exports a SavedModel from torch only through torch_xla",
+)
 @pytest.mark.parametrize("kind", ZOO_MODELS)
 def test_export_serves_two_batch_sizes_and_lengths(kind, tmp_path):
     model = make_model(kind)

@@ -57,7 +57,15 @@ MODEL_VARIANTS = {
 
 @pytest.fixture(scope="module", params=sorted(MODEL_VARIANTS))
 def model(request):
-    return make_model(**MODEL_VARIANTS[request.param])
+    # Random weights differ between backends for one seed; take the first
+    # seed whose model does not end most sentences at once, so that the
+    # comparisons below cover several positions on every backend.
+    for seed in range(10):
+        model = make_model(seed, **MODEL_VARIANTS[request.param])
+        tokens = greedy_search(model, SOURCE, START, END, max_length=MAX_LENGTH)
+        if generated_positions(np.asarray(tokens["tokens"])).sum() >= 2 * len(SOURCE):
+            return model
+    raise AssertionError("no seed in range(10) gives a model that decodes")
 
 
 def test_cached_greedy_equals_full_decoder_passes(model):

@@ -5,7 +5,7 @@ import json
 import keras
 import numpy as np
 import pytest
-from other_backend import run_on_other_backend
+from other_backend import OTHER_BACKENDS, run_on_backend
 
 import keras_attn
 from keras_attn.models import (
@@ -180,11 +180,12 @@ print(keras.backend.backend())
 
 
 @pytest.mark.slow
-def test_a_preset_loads_on_the_other_backend_with_the_same_outputs(tmp_path):
+@pytest.mark.parametrize("other", OTHER_BACKENDS)
+def test_a_preset_loads_on_the_other_backend_with_the_same_outputs(tmp_path, other):
     model, inputs = tiny_models()["transformer"]
     model.save_to_preset(tmp_path / "saved_here")
     np.savez(tmp_path / "inputs.npz", **inputs)
-    other = run_on_other_backend(BUILD_SAVE_AND_LOAD, tmp_path)
+    run_on_backend(other, BUILD_SAVE_AND_LOAD, tmp_path)
     # Saved here, loaded there.
     np.testing.assert_allclose(
         np.load(tmp_path / "loaded_there.npy"), outputs(model, inputs), atol=1e-5

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from other_backend import run_on_other_backend
+from other_backend import OTHER_BACKENDS, run_on_backend
 
 from keras_attn.models import TRANSFORMER_PRESETS, Transformer
 
@@ -269,11 +269,13 @@ print(keras.backend.backend())
 
 
 @pytest.mark.slow
-def test_keras_file_from_the_other_backend(tmp_path):
+@pytest.mark.parametrize("other", OTHER_BACKENDS)
+def test_keras_file_from_the_other_backend(tmp_path, other):
     np.save(tmp_path / "source.npy", SOURCE)
     np.save(tmp_path / "target.npy", TARGET)
     path, logits_path = tmp_path / "model.keras", tmp_path / "logits.npy"
-    run_on_other_backend(
+    run_on_backend(
+        other,
         SAVE_ON_OTHER_BACKEND,
         tmp_path / "source.npy",
         tmp_path / "target.npy",

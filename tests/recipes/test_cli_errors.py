@@ -8,7 +8,7 @@ from keras_attn_recipes import translate_multi30k
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["train", "--backend", "torch"], "invalid choice: 'torch'"),
+        (["train", "--backend", "mxnet"], "invalid choice: 'mxnet'"),
         (["train", "--setting", "huge"], "invalid choice: 'huge'"),
         (
             ["train", "--set", "epochs"],
@@ -49,6 +49,17 @@ def test_invalid_settings_are_rejected_by_name(override, message):
     with pytest.raises(SystemExit) as info:
         translate_multi30k.main(["train", "--setting", "tiny", "--set", override])
     assert message in str(info.value.code)
+
+
+@pytest.mark.parametrize("command", ["train", "all"])
+def test_distribute_on_torch_is_refused_before_training(command, monkeypatch):
+    # Checked on the environment alone: this runs on every backend.
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    with pytest.raises(SystemExit) as info:
+        translate_multi30k.main([command, "--setting", "tiny", "--distribute", "data"])
+    assert "--distribute data needs KERAS_BACKEND=jax or tensorflow" in str(
+        info.value.code
+    )
 
 
 def test_translate_without_a_trained_model_names_the_path(tmp_path):

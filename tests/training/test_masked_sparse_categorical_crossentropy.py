@@ -62,6 +62,12 @@ def value_and_grad(fn, x):
             tape.watch(x)
             value = fn(x)
         grad = tape.gradient(value, x)
+    elif backend == "torch":
+        import torch
+
+        x = torch.tensor(x, requires_grad=True)
+        value = fn(x)
+        (grad,) = torch.autograd.grad(value, x)
     else:
         pytest.skip(f"No gradient helper for backend {backend}.")
     return to_numpy(value), to_numpy(grad)

@@ -1,9 +1,9 @@
-"""Zoo models saved on the other backend load here with the same outputs."""
+"""Zoo models saved on each other backend load here with the same outputs."""
 
 import keras
 import numpy as np
 import pytest
-from other_backend import run_on_other_backend
+from other_backend import OTHER_BACKENDS, run_on_backend
 
 import keras_attn
 
@@ -44,12 +44,12 @@ def zoo_inputs():
     }
 
 
-@pytest.fixture(scope="module")
-def saved_on_other_backend(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("zoo_other_backend")
+@pytest.fixture(scope="module", params=OTHER_BACKENDS)
+def saved_on_other_backend(request, tmp_path_factory):
+    directory = tmp_path_factory.mktemp(f"zoo_saved_on_{request.param}")
     inputs = zoo_inputs()
     np.savez(directory / "inputs.npz", **inputs)
-    run_on_other_backend(BUILD_AND_SAVE, directory)
+    run_on_backend(request.param, BUILD_AND_SAVE, directory)
     return directory, inputs
 
 
