@@ -9,7 +9,7 @@ Self-attention of one `(1, n, 256)` sequence with 8 heads, n = 128 ... 4096
 
 * `keras_attn.layers.MultiHeadAttention` with the fused kernel
   (`keras.ops.dot_product_attention`),
-* the same layer on its explicit einsum path (`use_fused_attention=False`),
+* the same layer on its explicit einsum path (`flash_attention=False`),
 * `keras.layers.MultiHeadAttention`.
 
 Each step is compiled (JAX: `jax.jit`; TensorFlow: `tf.function` with
@@ -108,7 +108,7 @@ def main():
                 HEADS, HIDDEN // HEADS
             ),
             "keras-attn explicit": keras_attn.layers.MultiHeadAttention(
-                HEADS, HIDDEN // HEADS, use_fused_attention=False
+                HEADS, HIDDEN // HEADS, flash_attention=False
             ),
             "keras.layers.MHA": keras.layers.MultiHeadAttention(HEADS, HIDDEN // HEADS),
         }

@@ -20,11 +20,19 @@ def quantized_dropout_rate(rate):
         rate: float in `[0, 1)`, the requested dropout rate.
 
     Returns:
-        `round(rate * 2048) / 2048` when that is within 1% of `rate`, else
-        `None` (the rate is then applied exactly, at the usual cost).
+        `round(rate * 2048) / 2048` when that is within 1% of `rate` and
+        its keep probability `1 - rate` within 1% of `1 - rate` requested,
+        else `None` (the rate is then applied exactly, at the usual cost).
+        So rates of about 0.025 to 0.975 are quantized; every rate below or
+        above (including those that would round to 0 or to 1, such as
+        0.99999) is exact.
     """
     quantized = round(rate * _LEVELS) / _LEVELS
     if quantized <= 0 or abs(quantized - rate) > _MAX_RATE_ERROR * rate:
+        return None
+    # The kept inputs are scaled by 1 / (1 - rate): near rate 1 that scale,
+    # not the rate, is what 11-bit levels would get wrong (or divide by 0).
+    if abs(quantized - rate) > _MAX_RATE_ERROR * (1.0 - rate):
         return None
     return quantized
 
@@ -42,9 +50,10 @@ def fast_dropout(inputs, rate, seed=None):
     The rate is applied at a resolution of 1/2048: the rate used is
     `round(rate * 2048) / 2048` (0.1 becomes 0.10010), and the kept inputs
     are scaled by `1 / (1 - rate used)`, so the expected output equals the
-    input exactly. Rates that resolution misses by more than 1% (below about
-    0.025, or with an odd or unknown feature size) fall back to
-    `keras.random.dropout`, which is exact.
+    input exactly. Rates whose drop or keep probability that resolution
+    misses by more than 1% (below about 0.025 or above about 0.975), and
+    inputs with an odd or unknown feature size, fall back to
+    `keras.random.dropout`, which is exact: every rate in `[0, 1)` works.
 
     Args:
         inputs: float tensor `(..., features)`.

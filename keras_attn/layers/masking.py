@@ -83,13 +83,15 @@ def merge_attention_masks(
         value_mask: optional boolean tensor `(batch, key_length)`; `False`
             marks padded keys/values.
         attention_mask: optional boolean tensor broadcastable to
-            `(batch, query_length, key_length)`.
+            `(batch, query_length, key_length)`, or a per-head mask
+            `(batch, num_heads, query_length, key_length)`.
         use_causal_mask: bool, whether query `i` may only attend keys
             `j <= i`. Defaults to `False`.
 
     Returns:
-        A boolean tensor of shape `(batch, query_length, key_length)`, or
-        `None` when no mask applies.
+        A boolean tensor of shape `(batch, query_length, key_length)`
+        (`(batch, num_heads, query_length, key_length)` for a per-head
+        `attention_mask`), or `None` when no mask applies.
     """
     batch_size, query_length = query.shape[0], query.shape[1]
     key_length = key.shape[1]
@@ -120,10 +122,36 @@ def merge_attention_masks(
         attention_mask = _as_bool(attention_mask, "attention_mask")
         _check_rank(
             attention_mask,
-            (2, 3),
+            (2, 3, 4),
             "attention_mask",
-            "(batch, query_length, key_length)",
+            "(batch, query_length, key_length) or (batch, num_heads, "
+            "query_length, key_length)",
         )
+        if len(attention_mask.shape) == 4:
+            # Per-head masks, as `keras.layers.MultiHeadAttention` takes them.
+            _check_broadcastable(
+                attention_mask.shape,
+                (batch_size, None, query_length, key_length),
+                "attention_mask",
+                "(batch, num_heads, query_length, key_length)",
+            )
+            if mask is not None:
+                mask = mask[:, None]  # (batch, 1, query_length, key_length)
+            mask = (
+                attention_mask
+                if mask is None
+                else ops.logical_and(mask, attention_mask)
+            )
+            # (batch, num_heads or 1, query_length, key_length)
+            return ops.broadcast_to(
+                mask,
+                (
+                    ops.shape(query)[0],
+                    ops.shape(attention_mask)[1],
+                    ops.shape(query)[1],
+                    ops.shape(key)[1],
+                ),
+            )
         _check_broadcastable(
             attention_mask.shape,
             scores_shape,

@@ -1,16 +1,55 @@
 """Multi-head attention, section 3.2.2 of the paper."""
 
-import keras
+import numbers
+import warnings
 
+import keras
+from keras import ops
+
+from keras_attn.layers.attention_axes import (
+    AxesLayout,
+    normalize_attention_axes,
+    projection_equation,
+)
 from keras_attn.layers.attention_projection import AttentionProjection
-from keras_attn.layers.masking import merge_attention_masks
+from keras_attn.layers.masking import causal_mask, merge_attention_masks
 from keras_attn.layers.scaled_dot_product_attention import (
     scaled_dot_product_attention,
 )
-from keras_attn.layers.validation import (
-    check_dropout_rate,
-    check_positive_int,
-)
+from keras_attn.layers.validation import check_dropout_rate
+
+
+def _check_dim(value, name, allow_none=False):
+    """Positive int check with `keras.layers.MultiHeadAttention`'s message."""
+    if allow_none and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        expected = (
+            "a positive integer or `None`" if allow_none else "a positive integer"
+        )
+        raise ValueError(
+            f"Received an invalid value for argument `{name}`, expected "
+            f"{expected}. Received: {name}={value}"
+        )
+    return int(value)
+
+
+def _known_dims_differ(first, second):
+    """Whether two shapes differ in rank or in a dimension known in both."""
+    if len(first) != len(second):
+        return True
+    return any(
+        a is not None and b is not None and a != b for a, b in zip(first, second)
+    )
+
+
+def _check_key_value_shapes(value_shape, key_shape):
+    if _known_dims_differ(tuple(value_shape)[1:-1], tuple(key_shape)[1:-1]):
+        raise ValueError(
+            "All dimensions of `value` and `key`, except the last one, must be "
+            f"equal. Received: value_shape={tuple(value_shape)} and "
+            f"key_shape={tuple(key_shape)}"
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -22,15 +61,20 @@ class MultiHeadAttention(keras.layers.Layer):
     the fused `keras.ops.dot_product_attention` kernel is used whenever the
     attention weights and attention dropout are not needed.
 
-    The weights have the same names and shapes as those of
-    `keras.layers.MultiHeadAttention` (`query`, `key`, `value` and
+    A drop-in for `keras.layers.MultiHeadAttention`: the same constructor
+    and call arguments with the same meanings and defaults, and weights of
+    the same names, shapes and order (`query`, `key`, `gate`, `value` and
     `attention_output` `EinsumDense` sub-layers), so weights copy across.
+    Plain sequence attention (rank-3 inputs) runs its projections as 2-D
+    products (`keras_attn.layers.AttentionProjection`); other ranks and
+    `attention_axes` are brought to that layout around the same kernel.
 
     Masks are boolean, `True` meaning "may attend". Keras masks carried by
     the inputs (for instance from an `Embedding(mask_zero=True)`) fill
-    `query_mask` and `value_mask` automatically. A query whose row is fully
-    masked attends to nothing: its attention weights and attended values are
-    zero (the output is then the output projection's bias), never NaN.
+    `query_mask`, `value_mask` and `key_mask` automatically. A query whose
+    row is fully masked attends to nothing: its attention weights and
+    attended values are zero (the output is then the output projection's
+    bias), never NaN. (Keras's layer spreads such a row's weights evenly.)
 
     Args:
         num_heads: int, number of attention heads `h`.
@@ -41,33 +85,68 @@ class MultiHeadAttention(keras.layers.Layer):
             Defaults to `0.0`.
         use_bias: bool, whether the projections have biases. Defaults to
             `True`.
-        output_dim: int, size of the output features. Defaults to `None`,
-            meaning the last dimension of `query`.
-        use_fused_attention: bool, whether to call
-            `keras.ops.dot_product_attention` when possible. Defaults to
-            `True`.
+        output_shape: int or tuple of ints, the output's shape besides the
+            batch and attended axes. Defaults to `None`, meaning the last
+            dimension of `query`.
+        attention_axes: int or tuple of ints, the axes of the inputs
+            attended over (negative ones count from the end). Defaults to
+            `None`, meaning every axis but the batch and the features: the
+            sequence axis of `(batch, length, features)` inputs.
+        sliding_window: positive int; query `i` may only attend keys `j`
+            with `|i - j| < sliding_window` (with `use_causal_mask=True`,
+            the causal window of Mistral-style models). Applied by `call`,
+            not by `call_with_key_value`. Defaults to `None` (no window).
+        flash_attention: `None` lets the fused
+            `keras.ops.dot_product_attention` kernel run whenever the
+            attention weights and attention dropout are not needed (the
+            backend then uses flash attention where it can); `False` always
+            takes the explicit einsum path; `True` is `None` that, as in
+            Keras, refuses `dropout > 0` and `return_attention_scores=True`.
+            Defaults to `None`.
         kernel_initializer: initializer of the projection kernels.
             Defaults to `"glorot_uniform"`.
         bias_initializer: initializer of the projection biases. Defaults to
             `"zeros"`.
+        kernel_regularizer: regularizer of the projection kernels.
+            Defaults to `None`.
+        bias_regularizer: regularizer of the projection biases. Defaults to
+            `None`.
+        activity_regularizer: regularizer of each projection's output.
+            Defaults to `None`.
+        kernel_constraint: constraint on the projection kernels. Defaults
+            to `None`.
+        bias_constraint: constraint on the projection biases. Defaults to
+            `None`.
+        use_gate: bool, whether to gate each head's attended values with
+            `sigmoid(query W^G)` before the output projection (Qiu et al.,
+            2025). Defaults to `False`.
+        seed: int, seed of the attention dropout; no seed generator exists
+            when `dropout=0`. Defaults to `None`.
+        output_dim: deprecated alias of `output_shape` (an int).
+        use_fused_attention: deprecated: `use_fused_attention=False` is
+            `flash_attention=False`, `True` is `flash_attention=None`.
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
-        query: tensor `(batch, query_length, query_dim)`.
+        query: tensor `(batch, query_length, query_dim)`, or
+            `(batch, <axes>..., query_dim)` with `attention_axes`.
         value: tensor `(batch, key_length, value_features)`.
         key: optional tensor `(batch, key_length, key_features)`. Defaults
             to `value`.
         query_mask: optional boolean `(batch, query_length)`.
         value_mask: optional boolean `(batch, key_length)`.
+        key_mask: optional boolean `(batch, key_length)`, combined with
+            `value_mask`.
         attention_mask: optional boolean tensor broadcastable to
-            `(batch, query_length, key_length)`.
-        use_causal_mask: bool, whether to add the causal (look-ahead) mask.
+            `(batch, query_length, key_length)`, or a per-head
+            `(batch, num_heads, query_length, key_length)`.
         return_attention_scores: bool, whether to also return the attention
             weights `(batch, num_heads, query_length, key_length)`.
         training: bool, whether dropout is active.
+        use_causal_mask: bool, whether to add the causal (look-ahead) mask.
 
     Returns:
-        The output `(batch, query_length, output_dim)`, or a tuple
+        The output `(batch, query_length, *output_shape)`, or a tuple
         `(output, attention_scores)` when `return_attention_scores=True`.
 
     Example:
@@ -89,38 +168,153 @@ class MultiHeadAttention(keras.layers.Layer):
         value_dim=None,
         dropout=0.0,
         use_bias=True,
-        output_dim=None,
-        use_fused_attention=True,
+        output_shape=None,
+        attention_axes=None,
+        sliding_window=None,
+        flash_attention=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        use_gate=False,
+        seed=None,
+        output_dim=None,
+        use_fused_attention=None,
         **kwargs,
     ):
+        self.num_heads = _check_dim(num_heads, "num_heads")
+        self.key_dim = _check_dim(key_dim, "key_dim")
+        value_dim = _check_dim(value_dim, "value_dim", allow_none=True)
         super().__init__(**kwargs)
-        self.num_heads = check_positive_int(num_heads, "num_heads")
-        self.key_dim = check_positive_int(key_dim, "key_dim")
-        self.value_dim = (
-            self.key_dim
-            if value_dim is None
-            else check_positive_int(value_dim, "value_dim")
-        )
+        self.value_dim = value_dim or self.key_dim
         self.dropout = check_dropout_rate(dropout, "dropout")
         self.use_bias = bool(use_bias)
-        self.output_dim = (
-            None if output_dim is None else check_positive_int(output_dim, "output_dim")
-        )
-        self.use_fused_attention = bool(use_fused_attention)
+        if output_dim is not None:
+            warnings.warn(
+                "`output_dim` is deprecated and will be removed in the next "
+                "release: use `output_shape` (the name of "
+                f"`keras.layers.MultiHeadAttention`). Received: output_dim={output_dim}",
+                FutureWarning,
+                stacklevel=2,
+            )
+            if output_shape is not None:
+                raise ValueError(
+                    "Pass `output_shape` or its deprecated alias `output_dim`, "
+                    f"not both. Received: output_shape={output_shape}, "
+                    f"output_dim={output_dim}"
+                )
+            output_shape = _check_dim(output_dim, "output_dim")
+        self._output_shape = self._standardize_output_shape(output_shape)
+        if isinstance(attention_axes, numbers.Integral):
+            attention_axes = (int(attention_axes),)
+        elif attention_axes is not None:
+            if not isinstance(attention_axes, (list, tuple)):
+                raise ValueError(
+                    "`attention_axes` must be an int, list, or tuple. "
+                    f"Received: attention_axes={attention_axes}"
+                )
+            attention_axes = tuple(attention_axes)
+        self.attention_axes = attention_axes
+        if sliding_window is not None and (
+            isinstance(sliding_window, bool)
+            or not isinstance(sliding_window, numbers.Integral)
+            or sliding_window <= 0
+        ):
+            raise ValueError(
+                "`sliding_window` must be `None` or a positive integer. "
+                f"Received: sliding_window={sliding_window}"
+            )
+        self.sliding_window = sliding_window
+        if use_fused_attention is not None:
+            warnings.warn(
+                "`use_fused_attention` is deprecated and will be removed in the "
+                "next release: use `flash_attention` (`False` for "
+                "`use_fused_attention=False`, `None` for `True`). Received: "
+                f"use_fused_attention={use_fused_attention}",
+                FutureWarning,
+                stacklevel=2,
+            )
+            if flash_attention is not None:
+                raise ValueError(
+                    "Pass `flash_attention` or its deprecated alias "
+                    "`use_fused_attention`, not both. Received: "
+                    f"flash_attention={flash_attention}, "
+                    f"use_fused_attention={use_fused_attention}"
+                )
+            flash_attention = None if use_fused_attention else False
+        if flash_attention not in (None, True, False):
+            raise ValueError(
+                "`flash_attention` must be `None`, `True` or `False`. "
+                f"Received: flash_attention={flash_attention}"
+            )
+        if flash_attention and self.dropout > 0.0:
+            raise ValueError(
+                "Dropout is not supported when flash attention is enabled. "
+                "Please set dropout to 0.0 to use flash attention."
+            )
+        self.flash_attention = flash_attention
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.projection_activity_regularizer = keras.regularizers.get(
+            activity_regularizer
+        )
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.use_gate = bool(use_gate)
+        self.seed = seed
         self.supports_masking = True
-        self.seed_generator = keras.random.SeedGenerator(seed=None)
+        # Keras's layer has no seed generator without dropout: no state to
+        # carry (or to trace through `jit`) that nothing reads.
+        self.seed_generator = (
+            keras.random.SeedGenerator(seed) if self.dropout > 0.0 else None
+        )
+        self._layout = None
 
-    def _projection(self, equation, output_shape, bias_axes, name):
+    @staticmethod
+    def _standardize_output_shape(output_shape):
+        if not output_shape:
+            return None
+        if isinstance(output_shape, numbers.Integral):
+            output_shape = (output_shape,)
+        try:
+            output_shape = tuple(output_shape)
+        except TypeError:
+            raise ValueError(
+                f"Invalid `output_shape`: {output_shape}. When specified, the "
+                "`output_shape` should be of type tuple, list, or int."
+            ) from None
+        for size in output_shape:
+            _check_dim(size, "output_shape")
+        return tuple(int(size) for size in output_shape)
+
+    @property
+    def output_dim(self):
+        """Deprecated: the last entry of `output_shape` (`None` if unset)."""
+        return None if self._output_shape is None else self._output_shape[-1]
+
+    @property
+    def use_fused_attention(self):
+        """Deprecated: whether the fused kernel may run (`flash_attention`)."""
+        return self.flash_attention is not False
+
+    def _projection(self, equation, output_shape, bias_axes, name, activation=None):
         projection = AttentionProjection(
             equation,
             output_shape=output_shape,
             bias_axes=bias_axes if self.use_bias else None,
+            activation=activation,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
+            kernel_regularizer=self.kernel_regularizer,
+            bias_regularizer=self.bias_regularizer,
+            activity_regularizer=self.projection_activity_regularizer,
+            kernel_constraint=self.kernel_constraint,
+            bias_constraint=self.bias_constraint,
             dtype=self.dtype_policy,
             name=name,
         )
@@ -132,35 +326,59 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
+        _check_key_value_shapes(value_shape, key_shape)
+        rank = len(query_shape)
         for argument, shape in (
             ("query", query_shape),
             ("value", value_shape),
             ("key", key_shape),
         ):
-            if len(shape) != 3 or shape[-1] is None:
+            if len(shape) < 3 or shape[-1] is None:
                 raise ValueError(
                     f"`{argument}` must have shape (batch, length, features) "
-                    f"with a known feature size. Received: {argument}.shape="
-                    f"{tuple(shape)}"
+                    f"(or more axes, with `attention_axes`) with a known feature "
+                    f"size. Received: {argument}.shape={tuple(shape)}"
                 )
-        output_dim = self.output_dim or query_shape[-1]
+            if len(shape) != rank:
+                raise ValueError(
+                    f"`{argument}` must have the rank of `query`. Received: "
+                    f"query.shape={tuple(query_shape)}, "
+                    f"{argument}.shape={tuple(shape)}"
+                )
+        axes = normalize_attention_axes(self.attention_axes, rank)
+        # Sequence attention keeps the projections' 2-D fast path and needs
+        # no layout change; every other case goes through `AxesLayout`.
+        self._layout = None if rank == 3 else AxesLayout(rank, axes)
+        output_shape = self._output_shape or (query_shape[-1],)
+        positions = (None,) * (rank - 2)
         heads = self.num_heads
+        to_heads, head_bias = projection_equation(rank - 1, 1, 2)
         self.query_dense = self._projection(
-            "abc,cde->abde", (None, heads, self.key_dim), "de", "query"
-        )
-        self.key_dense = self._projection(
-            "abc,cde->abde", (None, heads, self.key_dim), "de", "key"
-        )
-        self.value_dense = self._projection(
-            "abc,cde->abde", (None, heads, self.value_dim), "de", "value"
-        )
-        self.output_dense = self._projection(
-            "abcd,cde->abe", (None, output_dim), "e", "attention_output"
+            to_heads, (*positions, heads, self.key_dim), head_bias, "query"
         )
         self.query_dense.build(query_shape)
+        self.key_dense = self._projection(
+            to_heads, (*positions, heads, self.key_dim), head_bias, "key"
+        )
         self.key_dense.build(key_shape)
+        if self.use_gate:
+            self.gate_dense = self._projection(
+                to_heads,
+                (*positions, heads, self.value_dim),
+                head_bias,
+                "gate",
+                activation="sigmoid",
+            )
+            self.gate_dense.build(query_shape)
+        self.value_dense = self._projection(
+            to_heads, (*positions, heads, self.value_dim), head_bias, "value"
+        )
         self.value_dense.build(value_shape)
-        self.output_dense.build((query_shape[0], query_shape[1], heads, self.value_dim))
+        from_heads, output_bias = projection_equation(rank - 1, 2, len(output_shape))
+        self.output_dense = self._projection(
+            from_heads, (*positions, *output_shape), output_bias, "attention_output"
+        )
+        self.output_dense.build((*query_shape[:-1], heads, self.value_dim))
         self.built = True
 
     def compute_key_value(self, value, key=None):
@@ -176,6 +394,7 @@ class MultiHeadAttention(keras.layers.Layer):
             key_dim)` and `(batch, key_length, num_heads, value_dim)`.
         """
         key = value if key is None else key
+        _check_key_value_shapes(value.shape, key.shape)
         return self.key_dense(key), self.value_dense(value)
 
     def call_with_key_value(
@@ -191,39 +410,102 @@ class MultiHeadAttention(keras.layers.Layer):
 
         This is the decoding path: `keys`/`values` come from
         `compute_key_value`, once per sentence for cross-attention and
-        growing by one position per step for self-attention.
+        growing by one position per step for self-attention. The mask is
+        used as given: `sliding_window` is not applied here (the caller
+        knows the positions).
 
         Args:
             query: tensor `(batch, query_length, query_dim)`.
             keys: tensor `(batch, key_length, num_heads, key_dim)`.
             values: tensor `(batch, key_length, num_heads, value_dim)`.
             attention_mask: optional boolean
-                `(batch, query_length, key_length)`.
+                `(batch, query_length, key_length)` or
+                `(batch, num_heads, query_length, key_length)`.
             return_attention_scores: bool. Defaults to `False`.
             training: bool, whether dropout is active. Defaults to `None`.
 
         Returns:
             As `call`.
         """
+        if self.flash_attention and return_attention_scores:
+            raise ValueError(
+                "Returning attention scores is not supported when flash "
+                "attention is enabled. Please disable flash attention to access"
+                " attention scores."
+            )
+        if self._layout is not None:
+            raise ValueError(
+                "`call_with_key_value` attends along one sequence axis; layer "
+                f"{self.name} was built for inputs of rank {self._layout.rank}. "
+                "Call the layer instead."
+            )
         # (batch, query_length, num_heads, key_dim)
         queries = self.query_dense(query)
+        attended, scores = self._attend(
+            queries, keys, values, attention_mask, return_attention_scores, training
+        )
+        return self._output(query, attended, scores, return_attention_scores)
+
+    def _attend(self, queries, keys, values, mask, return_attention_scores, training):
+        """The kernel on `(batch, length, heads, dim)` tensors; per-head masks."""
+        per_head = mask is not None and len(mask.shape) == 4
+        if per_head and mask.shape[1] == 1:
+            mask, per_head = mask[:, 0], False  # (batch, query_length, key_length)
+        if per_head:
+            # Each head has its own mask: heads join the batch, one head each.
+            shape = ops.shape(queries)
+
+            def fold(x):
+                # (batch, length, heads, dim) -> (batch * heads, length, 1, dim)
+                x = ops.transpose(x, (0, 2, 1, 3))
+                return ops.reshape(x, (-1, ops.shape(x)[2], 1, ops.shape(x)[3]))
+
+            mask = ops.broadcast_to(
+                mask, (shape[0], self.num_heads, shape[1], ops.shape(keys)[1])
+            )
+            # (batch * heads, query_length, key_length)
+            mask = ops.reshape(mask, (-1, shape[1], ops.shape(keys)[1]))
+            queries, keys, values = fold(queries), fold(keys), fold(values)
         result = scaled_dot_product_attention(
             queries,
             keys,
             values,
-            mask=attention_mask,
+            mask=mask,
             dropout_rate=self.dropout,
             training=bool(training),
             seed_generator=self.seed_generator,
             return_attention_scores=return_attention_scores,
-            use_fused_attention=self.use_fused_attention,
+            use_fused_attention=self.flash_attention is not False,
         )
         attended, scores = result if return_attention_scores else (result, None)
-        # (batch, query_length, num_heads, value_dim) -> (batch, query_length, output_dim)
+        if per_head:
+            # (batch * heads, query_length, 1, value_dim) -> (batch, query_length, heads, value_dim)
+            attended = ops.reshape(
+                attended, (shape[0], self.num_heads, shape[1], self.value_dim)
+            )
+            attended = ops.transpose(attended, (0, 2, 1, 3))
+            if scores is not None:
+                # (batch, heads, query_length, key_length)
+                scores = ops.reshape(
+                    scores, (shape[0], self.num_heads, shape[1], ops.shape(scores)[-1])
+                )
+        return attended, scores
+
+    def _output(self, query, attended, scores, return_attention_scores):
+        if self.use_gate:
+            # (batch, ..., num_heads, value_dim), sigmoid-activated
+            attended = attended * self.gate_dense(query)
+        # (batch, ..., num_heads, value_dim) -> (batch, ..., *output_shape)
         output = self.output_dense(attended)
         if return_attention_scores:
             return output, scores
         return output
+
+    def _window_mask(self, query_length, key_length):
+        """`(1, query_length, key_length)`: `True` where `|i - j| < window`."""
+        queries = ops.arange(query_length)[:, None]
+        keys = ops.arange(key_length)[None, :]
+        return ops.expand_dims(ops.abs(queries - keys) < self.sliding_window, 0)
 
     def call(
         self,
@@ -232,12 +514,39 @@ class MultiHeadAttention(keras.layers.Layer):
         key=None,
         query_mask=None,
         value_mask=None,
+        key_mask=None,
         attention_mask=None,
-        use_causal_mask=False,
         return_attention_scores=False,
         training=None,
+        use_causal_mask=False,
     ):
         key = value if key is None else key
+        _check_key_value_shapes(value.shape, key.shape)
+        if self.flash_attention and return_attention_scores:
+            raise ValueError(
+                "Returning attention scores is not supported when flash "
+                "attention is enabled. Please disable flash attention to access"
+                " attention scores."
+            )
+        if key_mask is not None:
+            key_mask = ops.cast(key_mask, "bool")
+            value_mask = (
+                key_mask
+                if value_mask is None
+                else ops.logical_and(ops.cast(value_mask, "bool"), key_mask)
+            )
+        if self._layout is not None:
+            return self._call_over_axes(
+                query,
+                value,
+                key,
+                query_mask,
+                value_mask,
+                attention_mask,
+                return_attention_scores,
+                training,
+                use_causal_mask,
+            )
         mask = merge_attention_masks(
             query,
             key,
@@ -246,18 +555,83 @@ class MultiHeadAttention(keras.layers.Layer):
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
         )
+        if self.sliding_window is not None:
+            window = self._window_mask(ops.shape(query)[1], ops.shape(key)[1])
+            if mask is None:
+                mask = ops.broadcast_to(
+                    window, (ops.shape(query)[0], *ops.shape(window)[1:])
+                )
+            else:
+                mask = ops.logical_and(
+                    mask, window if len(mask.shape) == 3 else window[:, None]
+                )
         keys, values = self.compute_key_value(value, key)
-        return self.call_with_key_value(
-            query,
-            keys,
-            values,
-            attention_mask=mask,
-            return_attention_scores=return_attention_scores,
-            training=training,
+        # (batch, query_length, num_heads, key_dim)
+        queries = self.query_dense(query)
+        attended, scores = self._attend(
+            queries, keys, values, mask, return_attention_scores, training
         )
+        return self._output(query, attended, scores, return_attention_scores)
+
+    def _call_over_axes(
+        self,
+        query,
+        value,
+        key,
+        query_mask,
+        value_mask,
+        attention_mask,
+        return_attention_scores,
+        training,
+        use_causal_mask,
+    ):
+        """`call` for inputs of rank > 3: attention over `attention_axes`.
+
+        Masks use Keras's layout without the heads axis. The causal mask and
+        the sliding window run along the attended positions in row-major
+        order (with one attention axis: along it).
+        """
+        layout = self._layout
+        mask = None if attention_mask is None else ops.cast(attention_mask, "bool")
+        if query_mask is not None:
+            part = ops.expand_dims(ops.cast(query_mask, "bool"), -1)
+            mask = part if mask is None else ops.logical_and(mask, part)
+        if value_mask is not None:
+            part = ops.expand_dims(ops.cast(value_mask, "bool"), -2)
+            mask = part if mask is None else ops.logical_and(mask, part)
+        # (batch, ..., num_heads, dim)
+        queries = self.query_dense(query)
+        keys = self.key_dense(key)
+        values = self.value_dense(value)
+        # (batch', length, num_heads, dim)
+        sequence = [layout.to_sequence(x) for x in (queries, keys, values)]
+        if mask is not None:
+            # (batch', query_length, key_length)
+            mask = layout.mask_to_sequence(mask, queries, keys)
+        query_length, key_length = ops.shape(sequence[0])[1], ops.shape(sequence[1])[1]
+        positional = []
+        if use_causal_mask:
+            positional.append(causal_mask(query_length, key_length))
+        if self.sliding_window is not None:
+            positional.append(self._window_mask(query_length, key_length))
+        for part in positional:  # (1, query_length, key_length)
+            mask = part if mask is None else ops.logical_and(mask, part)
+        if mask is not None:
+            mask = ops.broadcast_to(
+                mask, (ops.shape(sequence[0])[0], query_length, key_length)
+            )
+        attended, scores = self._attend(
+            *sequence, mask, return_attention_scores, training
+        )
+        attended = layout.from_sequence(attended, queries)
+        if scores is not None:
+            scores = layout.scores_from_sequence(scores, queries, keys)
+        return self._output(query, attended, scores, return_attention_scores)
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
-        return (*query_shape[:-1], self.output_dim or query_shape[-1])
+        key_shape = value_shape if key_shape is None else key_shape
+        _check_key_value_shapes(value_shape, key_shape)
+        return (*tuple(query_shape)[:-1], *(self._output_shape or (query_shape[-1],)))
 
     def compute_output_spec(
         self,
@@ -266,19 +640,33 @@ class MultiHeadAttention(keras.layers.Layer):
         key=None,
         query_mask=None,
         value_mask=None,
+        key_mask=None,
         attention_mask=None,
-        use_causal_mask=False,
         return_attention_scores=False,
         training=None,
+        use_causal_mask=False,
     ):
+        key_shape = None if key is None else key.shape
         output = keras.KerasTensor(
-            self.compute_output_shape(query.shape, value.shape),
+            self.compute_output_shape(query.shape, value.shape, key_shape),
             dtype=self.compute_dtype,
         )
         if not return_attention_scores:
             return output
-        # (batch, num_heads, query_length, key_length)
-        scores_shape = (query.shape[0], self.num_heads, query.shape[1], value.shape[1])
+        rank = len(query.shape)
+        if rank == 3:
+            # (batch, num_heads, query_length, key_length)
+            scores_shape = (
+                query.shape[0],
+                self.num_heads,
+                query.shape[1],
+                value.shape[1],
+            )
+        else:
+            axes = normalize_attention_axes(self.attention_axes, rank)
+            scores_shape = AxesLayout(rank, axes).scores_shape(
+                query.shape, value.shape, self.num_heads
+            )
         return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
 
     def get_config(self):
@@ -290,12 +678,27 @@ class MultiHeadAttention(keras.layers.Layer):
                 "value_dim": self.value_dim,
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
-                "output_dim": self.output_dim,
-                "use_fused_attention": self.use_fused_attention,
+                "output_shape": self._output_shape,
+                "attention_axes": self.attention_axes,
+                "sliding_window": self.sliding_window,
+                "flash_attention": self.flash_attention,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(
+                    self.kernel_regularizer
+                ),
+                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+                "activity_regularizer": keras.regularizers.serialize(
+                    self.projection_activity_regularizer
+                ),
+                "kernel_constraint": keras.constraints.serialize(
+                    self.kernel_constraint
+                ),
+                "bias_constraint": keras.constraints.serialize(self.bias_constraint),
+                "use_gate": self.use_gate,
+                "seed": self.seed,
             }
         )
         return config

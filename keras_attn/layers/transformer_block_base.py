@@ -3,6 +3,7 @@
 import keras
 
 from keras_attn.layers.fast_dropout import FastDropout
+from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.validation import (
     check_divisible,
@@ -34,20 +35,23 @@ class TransformerBlockBase(keras.layers.Layer):
         num_heads,
         intermediate_dim,
         dropout=0.0,
-        attention_dropout=0.0,
+        attention_dropout=None,
         activation="relu",
         layer_norm_epsilon=1e-6,
         normalize_first=False,
         use_fused_attention=True,
         kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
         self.dropout = check_dropout_rate(dropout, "dropout")
+        # keras-hub's blocks use `dropout` on the attention weights too.
         self.attention_dropout = check_dropout_rate(
-            attention_dropout, "attention_dropout"
+            self.dropout if attention_dropout is None else attention_dropout,
+            "attention_dropout",
         )
         self.activation = keras.activations.get(activation)
         if not layer_norm_epsilon > 0:
@@ -59,6 +63,7 @@ class TransformerBlockBase(keras.layers.Layer):
         self.normalize_first = bool(normalize_first)
         self.use_fused_attention = bool(use_fused_attention)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
 
     def _attention(self, hidden_dim, name):
@@ -67,10 +72,21 @@ class TransformerBlockBase(keras.layers.Layer):
             num_heads=self.num_heads,
             key_dim=hidden_dim // self.num_heads,
             dropout=self.attention_dropout,
-            use_fused_attention=self.use_fused_attention,
+            flash_attention=None if self.use_fused_attention else False,
             kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
             name=name,
+        )
+
+    def _feed_forward(self):
+        return FeedForward(
+            self.intermediate_dim,
+            activation=self.activation,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name="feed_forward",
         )
 
     def _norm(self, name):
@@ -107,6 +123,7 @@ class TransformerBlockBase(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             }
         )
         return config

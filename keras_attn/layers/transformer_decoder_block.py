@@ -3,7 +3,6 @@
 import keras
 from keras import ops
 
-from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.masking import causal_mask, merge_attention_masks
 from keras_attn.layers.transformer_block_base import (
     TransformerBlockBase,
@@ -24,13 +23,17 @@ class TransformerDecoderBlock(TransformerBlockBase):
         intermediate_dim: int, the feed-forward inner size `d_ff`.
         dropout: float in `[0, 1)`, residual dropout. Defaults to `0.0`.
         attention_dropout: float in `[0, 1)`, dropout on attention weights.
-            Defaults to `0.0`.
+            Defaults to `None`, meaning `dropout` (as keras-hub's blocks,
+            which use `dropout` for both).
         activation: feed-forward activation. Defaults to `"relu"`.
         layer_norm_epsilon: float. Defaults to `1e-6`.
         normalize_first: bool, pre-norm instead of the paper's post-norm.
             Defaults to `False`.
         use_fused_attention: bool. Defaults to `True`.
-        kernel_initializer: Defaults to `"glorot_uniform"`.
+        kernel_initializer: initializer of the attention and feed-forward
+            kernels. Defaults to `"glorot_uniform"`.
+        bias_initializer: initializer of the attention and feed-forward
+            biases. Defaults to `"zeros"`.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -84,13 +87,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
             self.cross_attention_norm = self._norm("cross_attention_norm")
             self.cross_attention_norm.build(decoder_sequence_shape)
             self.cross_attention_dropout = self._dropout("cross_attention_dropout")
-        self.feed_forward = FeedForward(
-            self.intermediate_dim,
-            activation=self.activation,
-            kernel_initializer=self.kernel_initializer,
-            dtype=self.dtype_policy,
-            name="feed_forward",
-        )
+        self.feed_forward = self._feed_forward()
         self.feed_forward.build(decoder_sequence_shape)
         self.feed_forward_norm = self._norm("feed_forward_norm")
         self.feed_forward_norm.build(decoder_sequence_shape)
@@ -150,6 +147,11 @@ class TransformerDecoderBlock(TransformerBlockBase):
         use_causal_mask=True,
         return_attention_scores=False,
         training=None,
+        encoder_attention_mask=None,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
+        cross_attention_cache_update_index=None,
         decoder_sequence_mask=None,
         encoder_sequence_mask=None,
     ):
@@ -158,6 +160,27 @@ class TransformerDecoderBlock(TransformerBlockBase):
             decoder_padding_mask = decoder_sequence_mask
         if encoder_padding_mask is None:
             encoder_padding_mask = encoder_sequence_mask
+        if self_attention_cache is not None or cross_attention_cache is not None:
+            return self._call_with_stacked_cache(
+                decoder_sequence,
+                encoder_sequence,
+                self_attention_cache,
+                self_attention_cache_update_index,
+                cross_attention_cache,
+                cross_attention_cache_update_index,
+                decoder_padding_mask,
+                decoder_attention_mask,
+                encoder_padding_mask,
+                encoder_attention_mask,
+                use_causal_mask,
+                training,
+            )
+        if self_attention_cache_update_index is not None:
+            raise ValueError(
+                "`self_attention_cache_update_index` needs a "
+                "`self_attention_cache`. Received: self_attention_cache=None, "
+                f"self_attention_cache_update_index={self_attention_cache_update_index}"
+            )
         self_mask = merge_attention_masks(
             decoder_sequence,
             decoder_sequence,
@@ -182,7 +205,10 @@ class TransformerDecoderBlock(TransformerBlockBase):
         cross_mask = None
         if self.has_cross_attention:
             cross_mask = merge_attention_masks(
-                decoder_sequence, encoder_sequence, value_mask=encoder_padding_mask
+                decoder_sequence,
+                encoder_sequence,
+                value_mask=encoder_padding_mask,
+                attention_mask=encoder_attention_mask,
             )
 
         def cross_attend(h):
@@ -245,67 +271,203 @@ class TransformerDecoderBlock(TransformerBlockBase):
             `(outputs, self_attention_cache)`: `(batch, new_length,
             hidden_dim)` and the updated cache.
         """
+        if self.has_cross_attention and cross_attention_cache is None:
+            raise ValueError(
+                f"Layer {self.name} has cross-attention: pass "
+                "`cross_attention_cache` from `compute_cross_attention_cache`."
+            )
+        cross_mask = None
+        if self.has_cross_attention and encoder_padding_mask is not None:
+            cross_mask = merge_attention_masks(
+                decoder_sequence,
+                cross_attention_cache[0],
+                value_mask=encoder_padding_mask,
+            )
+        outputs, keys, values = self._cached(
+            decoder_sequence,
+            self_attention_cache,
+            cache_index,
+            cross_attention_cache,
+            self_mask=None,
+            use_causal_mask=True,
+            cross_mask=cross_mask,
+            training=False,
+        )
+        return outputs, (keys, values)
+
+    def _cached(
+        self,
+        decoder_sequence,
+        self_attention_cache,
+        cache_index,
+        cross_attention_cache,
+        self_mask,
+        use_causal_mask,
+        cross_mask,
+        training,
+    ):
+        """The cached step of `call_cached` and of keras-hub's cache call.
+
+        `cache_index=None` reads the self-attention cache without writing
+        it. `self_mask` (broadcastable to `(batch, new_length, max_length)`)
+        is combined with the causal mask offset by `cache_index`.
+        """
         key_cache, value_cache = self_attention_cache
         # A direct call (not through `__call__`) may pass NumPy: on torch,
         # `ndarray + tensor` in the residual would then fail.
         decoder_sequence = ops.convert_to_tensor(decoder_sequence)
+        batch_size = ops.shape(decoder_sequence)[0]
         new_length = ops.shape(decoder_sequence)[1]
         max_length = ops.shape(key_cache)[1]
-        # (1, new_length, max_length): new position i sees cache slots <= index + i.
-        self_mask = causal_mask(new_length, max_length, query_offset=cache_index)
-        self_mask = ops.broadcast_to(
-            self_mask, (ops.shape(decoder_sequence)[0], new_length, max_length)
-        )
-        updated = {}
+        if use_causal_mask:
+            # (1, new_length, max_length): new position i sees slots <= index + i.
+            causal = causal_mask(
+                new_length,
+                max_length,
+                query_offset=0 if cache_index is None else cache_index,
+            )
+            self_mask = (
+                causal if self_mask is None else ops.logical_and(self_mask, causal)
+            )
+        if self_mask is not None:
+            # (batch, new_length, max_length)
+            self_mask = ops.broadcast_to(
+                self_mask, (batch_size, new_length, max_length)
+            )
 
         def self_attend(h):
-            new_keys, new_values = self.self_attention.compute_key_value(h)
-            start = (0, cache_index, 0, 0)
-            keys = ops.slice_update(
-                key_cache, start, ops.cast(new_keys, key_cache.dtype)
-            )
-            values = ops.slice_update(
-                value_cache, start, ops.cast(new_values, value_cache.dtype)
-            )
-            updated["cache"] = (keys, values)
-            return self.self_attention.call_with_key_value(
-                h, keys, values, attention_mask=self_mask
+            keys, values = key_cache, value_cache
+            if cache_index is not None:
+                new_keys, new_values = self.self_attention.compute_key_value(h)
+                start = (0, cache_index, 0, 0)
+                keys = ops.slice_update(
+                    key_cache, start, ops.cast(new_keys, key_cache.dtype)
+                )
+                values = ops.slice_update(
+                    value_cache, start, ops.cast(new_values, value_cache.dtype)
+                )
+            return (
+                self.self_attention.call_with_key_value(
+                    h, keys, values, attention_mask=self_mask, training=training
+                ),
+                keys,
+                values,
             )
 
-        x = self._residual(
-            decoder_sequence,
-            self_attend,
-            self.self_attention_norm,
-            self.self_attention_dropout,
-            False,
-        )
-        cross_mask = None
-        if self.has_cross_attention:
-            if cross_attention_cache is None:
-                raise ValueError(
-                    f"Layer {self.name} has cross-attention: pass "
-                    "`cross_attention_cache` from `compute_cross_attention_cache`."
-                )
-            if encoder_padding_mask is not None:
-                # (batch, new_length, source_length)
-                cross_mask = ops.broadcast_to(
-                    ops.cast(encoder_padding_mask, "bool")[:, None, :],
-                    (
-                        ops.shape(decoder_sequence)[0],
-                        new_length,
-                        ops.shape(encoder_padding_mask)[1],
-                    ),
-                )
+        if self.normalize_first:
+            attended, keys, values = self_attend(
+                self.self_attention_norm(decoder_sequence)
+            )
+            x = decoder_sequence + self.self_attention_dropout(
+                attended, training=training
+            )
+        else:
+            attended, keys, values = self_attend(decoder_sequence)
+            x = self.self_attention_norm(
+                decoder_sequence
+                + self.self_attention_dropout(attended, training=training)
+            )
 
         def cross_attend(h):
-            keys, values = cross_attention_cache
+            cross_keys, cross_values = cross_attention_cache
             out = self.cross_attention.call_with_key_value(
-                h, keys, values, attention_mask=cross_mask
+                h,
+                cross_keys,
+                cross_values,
+                attention_mask=cross_mask,
+                training=training,
             )
             return out, None
 
-        outputs = self._cross_attention_and_feed_forward(x, cross_attend, False, False)
-        return outputs, updated["cache"]
+        outputs = self._cross_attention_and_feed_forward(
+            x, cross_attend, False, training
+        )
+        return outputs, keys, values
+
+    def _call_with_stacked_cache(
+        self,
+        decoder_sequence,
+        encoder_sequence,
+        self_attention_cache,
+        self_attention_cache_update_index,
+        cross_attention_cache,
+        cross_attention_cache_update_index,
+        decoder_padding_mask,
+        decoder_attention_mask,
+        encoder_padding_mask,
+        encoder_attention_mask,
+        use_causal_mask,
+        training,
+    ):
+        """keras-hub's `TransformerDecoder` cache call.
+
+        Caches are stacked `(batch, 2, length, num_heads, head_dim)` tensors
+        (keys at `[:, 0]`, values at `[:, 1]`); an update index of `None`
+        reads a cache without writing it.
+        """
+        if self_attention_cache is None or (
+            self.has_cross_attention and cross_attention_cache is None
+        ):
+            raise ValueError(
+                f"Layer {self.name}: `self_attention_cache` and "
+                "`cross_attention_cache` (with cross-attention) must both be set "
+                "or both be `None`. Received: "
+                f"self_attention_cache={'set' if self_attention_cache is not None else None}, "
+                f"cross_attention_cache={'set' if cross_attention_cache is not None else None}"
+            )
+        self_mask = None
+        if decoder_padding_mask is not None:
+            # (batch, 1, max_length): padded cache slots.
+            self_mask = ops.cast(decoder_padding_mask, "bool")[:, None, :]
+        if decoder_attention_mask is not None:
+            extra = ops.cast(decoder_attention_mask, "bool")
+            self_mask = (
+                extra if self_mask is None else ops.logical_and(self_mask, extra)
+            )
+        cross_cache = None
+        if self.has_cross_attention:
+            if cross_attention_cache_update_index is None:
+                cross_cache = (cross_attention_cache[:, 0], cross_attention_cache[:, 1])
+            else:
+                keys, values = self.cross_attention.compute_key_value(encoder_sequence)
+                start = (0, cross_attention_cache_update_index, 0, 0)
+                cross_cache = (
+                    ops.slice_update(
+                        cross_attention_cache[:, 0],
+                        start,
+                        ops.cast(keys, cross_attention_cache.dtype),
+                    ),
+                    ops.slice_update(
+                        cross_attention_cache[:, 1],
+                        start,
+                        ops.cast(values, cross_attention_cache.dtype),
+                    ),
+                )
+        cross_mask = None
+        if self.has_cross_attention and (
+            encoder_padding_mask is not None or encoder_attention_mask is not None
+        ):
+            cross_mask = merge_attention_masks(
+                decoder_sequence,
+                cross_cache[0],
+                value_mask=encoder_padding_mask,
+                attention_mask=encoder_attention_mask,
+            )
+        outputs, keys, values = self._cached(
+            decoder_sequence,
+            (self_attention_cache[:, 0], self_attention_cache[:, 1]),
+            self_attention_cache_update_index,
+            cross_cache,
+            self_mask=self_mask,
+            use_causal_mask=use_causal_mask,
+            cross_mask=cross_mask,
+            training=training,
+        )
+        # (batch, 2, max_length, num_heads, head_dim)
+        self_attention_cache = ops.stack((keys, values), axis=1)
+        if not self.has_cross_attention:
+            return outputs, self_attention_cache
+        return outputs, self_attention_cache, ops.stack(cross_cache, axis=1)
 
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return decoder_sequence_shape
@@ -313,6 +475,17 @@ class TransformerDecoderBlock(TransformerBlockBase):
     def compute_output_spec(self, decoder_sequence, encoder_sequence=None, **kwargs):
         self._check_encoder_sequence(encoder_sequence)
         output = keras.KerasTensor(decoder_sequence.shape, dtype=self.compute_dtype)
+        self_cache = kwargs.get("self_attention_cache")
+        if self_cache is not None:
+            self_cache = keras.KerasTensor(self_cache.shape, dtype=self_cache.dtype)
+            if not self.has_cross_attention:
+                return output, self_cache
+            cross_cache = kwargs["cross_attention_cache"]
+            return (
+                output,
+                self_cache,
+                keras.KerasTensor(cross_cache.shape, dtype=cross_cache.dtype),
+            )
         if not kwargs.get("return_attention_scores", False):
             return output
         if encoder_sequence is None:

@@ -2,7 +2,6 @@
 
 import keras
 
-from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.masking import merge_attention_masks
 from keras_attn.layers.transformer_block_base import (
     TransformerBlockBase,
@@ -22,14 +21,18 @@ class TransformerEncoderBlock(TransformerBlockBase):
             output before the residual addition (section 5.4).
             Defaults to `0.0`.
         attention_dropout: float in `[0, 1)`, dropout on attention weights.
-            Defaults to `0.0`.
+            Defaults to `None`, meaning `dropout` (as keras-hub's blocks,
+            which use `dropout` for both).
         activation: feed-forward activation. Defaults to `"relu"`.
         layer_norm_epsilon: float. Defaults to `1e-6`.
         normalize_first: bool, pre-norm (`True`) instead of the paper's
             post-norm. Defaults to `False`.
         use_fused_attention: bool, use `keras.ops.dot_product_attention`
             when possible. Defaults to `True`.
-        kernel_initializer: Defaults to `"glorot_uniform"`.
+        kernel_initializer: initializer of the attention and feed-forward
+            kernels. Defaults to `"glorot_uniform"`.
+        bias_initializer: initializer of the attention and feed-forward
+            biases. Defaults to `"zeros"`.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -40,9 +43,13 @@ class TransformerEncoderBlock(TransformerBlockBase):
         use_causal_mask: bool, restrict each position to earlier ones
             (decoder-only language models). Defaults to `False`.
         training: bool, whether dropout is active.
+        return_attention_scores: bool, whether to also return the
+            self-attention weights `(batch, num_heads, length, length)`.
+            Defaults to `False`.
 
     Returns:
-        A tensor of the shape of `inputs`.
+        A tensor of the shape of `inputs`, or `(output, attention_scores)`
+        with `return_attention_scores=True`.
 
     Example:
 
@@ -62,13 +69,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
         self.self_attention_norm = self._norm("self_attention_norm")
         self.self_attention_norm.build(inputs_shape)
         self.self_attention_dropout = self._dropout("self_attention_dropout")
-        self.feed_forward = FeedForward(
-            self.intermediate_dim,
-            activation=self.activation,
-            kernel_initializer=self.kernel_initializer,
-            dtype=self.dtype_policy,
-            name="feed_forward",
-        )
+        self.feed_forward = self._feed_forward()
         self.feed_forward.build(inputs_shape)
         self.feed_forward_norm = self._norm("feed_forward_norm")
         self.feed_forward_norm.build(inputs_shape)
@@ -82,6 +83,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
         attention_mask=None,
         use_causal_mask=False,
         training=None,
+        return_attention_scores=False,
         mask=None,
     ):
         # `mask` is the Keras mask Keras passes in for mask-carrying inputs.
@@ -94,11 +96,22 @@ class TransformerEncoderBlock(TransformerBlockBase):
             use_causal_mask=use_causal_mask,
         )
 
+        scores = []
+
         def self_attend(x):
             keys, values = self.self_attention.compute_key_value(x)
-            return self.self_attention.call_with_key_value(
-                x, keys, values, attention_mask=self_mask, training=training
+            result = self.self_attention.call_with_key_value(
+                x,
+                keys,
+                values,
+                attention_mask=self_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
             )
+            if not return_attention_scores:
+                return result
+            scores.append(result[1])
+            return result[0]
 
         x = self._residual(
             inputs,
@@ -107,13 +120,29 @@ class TransformerEncoderBlock(TransformerBlockBase):
             self.self_attention_dropout,
             training,
         )
-        return self._residual(
+        x = self._residual(
             x,
             lambda h: self.feed_forward(h, training=training),
             self.feed_forward_norm,
             self.feed_forward_dropout,
             training,
         )
+        if return_attention_scores:
+            return x, scores[0]
+        return x
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
+
+    def compute_output_spec(self, inputs, return_attention_scores=False, **kwargs):
+        output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return output
+        # (batch, num_heads, length, length)
+        scores_shape = (
+            inputs.shape[0],
+            self.num_heads,
+            inputs.shape[1],
+            inputs.shape[1],
+        )
+        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)

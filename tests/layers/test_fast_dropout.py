@@ -29,7 +29,17 @@ def test_layer_contract():
 
 @pytest.mark.parametrize(
     "rate, expected",
-    [(0.1, 205 / 2048), (0.5, 0.5), (0.3, 614 / 2048), (0.01, None), (0.0, None)],
+    [
+        (0.1, 205 / 2048),
+        (0.5, 0.5),
+        (0.3, 614 / 2048),
+        (0.01, None),
+        (0.0, None),
+        # Near 1 the keep probability decides: 0.99999 would round to 1.0.
+        (0.99999, None),
+        (0.999, None),
+        (0.95, 1946 / 2048),
+    ],
 )
 def test_quantized_rate(rate, expected):
     assert quantized_dropout_rate(rate) == expected
@@ -105,3 +115,13 @@ def test_invalid_rate(rate):
 def test_non_numeric_rate():
     with pytest.raises(TypeError, match="`rate` must be a float"):
         FastDropout("0.1")
+
+
+@pytest.mark.parametrize("rate", [0.99999, 0.999])
+def test_rates_near_one_are_exact(rate):
+    # Regression: 0.99999 once rounded to 1.0 and divided by zero.
+    x = keras.ops.ones((4, 64))
+    y = keras.ops.convert_to_numpy(FastDropout(rate, seed=3)(x, training=True))
+    assert np.all(np.isfinite(y))
+    kept = y[y != 0]
+    np.testing.assert_allclose(kept, 1.0 / (1.0 - rate), rtol=1e-4)

@@ -38,10 +38,10 @@ def test_layer_self_attention():
     )
 
 
-def test_layer_cross_attention_with_masks_and_output_dim():
+def test_layer_cross_attention_with_masks_and_output_shape():
     run_layer_test(
         MultiHeadAttention,
-        dict(num_heads=HEADS, key_dim=KEY_DIM, value_dim=3, output_dim=6),
+        dict(num_heads=HEADS, key_dim=KEY_DIM, value_dim=3, output_shape=(6,)),
         {
             "query": normal(BATCH, QUERY_LEN, DIM),
             "value": normal(BATCH, KEY_LEN, DIM, seed=1),
@@ -62,7 +62,7 @@ def test_layer_causal_no_bias_explicit_path_with_dropout():
             num_heads=HEADS,
             key_dim=KEY_DIM,
             use_bias=False,
-            use_fused_attention=False,
+            flash_attention=False,
             dropout=0.1,
         ),
         {"query": x, "value": x},
@@ -165,7 +165,7 @@ CASES = [
 @pytest.mark.parametrize("use_fused", [True, False])
 @pytest.mark.parametrize("case", CASES)
 def test_matches_keras_multi_head_attention(case, use_fused):
-    theirs, ours = keras_and_ours(use_fused_attention=use_fused)
+    theirs, ours = keras_and_ours(flash_attention=None if use_fused else False)
     query, value, our_kwargs, mask = parity_case(case)
     # Keras gets the merged mask as one explicit `attention_mask` (its own
     # `query_mask` argument is overwritten by the query's Keras mask).
@@ -271,7 +271,7 @@ def test_hello_world_example():
     weights = np.exp(scores) / np.exp(scores).sum(axis=-1, keepdims=True)
     expected = weights @ (x @ w_v)
 
-    layer = MultiHeadAttention(num_heads=1, key_dim=3, use_bias=False, output_dim=3)
+    layer = MultiHeadAttention(num_heads=1, key_dim=3, use_bias=False, output_shape=3)
     inputs = x[None].astype("float32")  # (1, 2, 4)
     layer(inputs, inputs)
     layer.query_dense.kernel.assign(w_q[:, None, :])  # (4, 1, 3)
@@ -307,7 +307,7 @@ def test_fully_masked_query_gives_bias_and_finite_gradient(dtype, use_fused):
     layer = MultiHeadAttention(
         num_heads=HEADS,
         key_dim=KEY_DIM,
-        use_fused_attention=use_fused,
+        flash_attention=None if use_fused else False,
         bias_initializer="ones",
         dtype=dtype,
     )
@@ -341,9 +341,30 @@ def test_fully_masked_query_gives_bias_and_finite_gradient(dtype, use_fused):
         (dict(num_heads=0, key_dim=4), ValueError, "num_heads=0"),
         (dict(num_heads=-2, key_dim=4), ValueError, "num_heads=-2"),
         (dict(num_heads=2, key_dim=0), ValueError, "key_dim=0"),
-        (dict(num_heads=2.0, key_dim=4), TypeError, "num_heads=2.0"),
+        (dict(num_heads=2.0, key_dim=4), ValueError, "argument `num_heads`"),
+        (dict(num_heads=True, key_dim=4), ValueError, "num_heads=True"),
         (dict(num_heads=2, key_dim=4, value_dim=0), ValueError, "value_dim=0"),
-        (dict(num_heads=2, key_dim=4, output_dim=-1), ValueError, "output_dim=-1"),
+        (dict(num_heads=2, key_dim=4, output_shape=-1), ValueError, "output_shape=-1"),
+        (
+            dict(num_heads=2, key_dim=4, output_shape=8.0),
+            ValueError,
+            "Invalid `output_shape`",
+        ),
+        (
+            dict(num_heads=2, key_dim=4, attention_axes="1"),
+            ValueError,
+            "attention_axes",
+        ),
+        (
+            dict(num_heads=2, key_dim=4, sliding_window=0),
+            ValueError,
+            "sliding_window=0",
+        ),
+        (
+            dict(num_heads=2, key_dim=4, flash_attention=True, dropout=0.1),
+            ValueError,
+            "Dropout is not supported when flash attention",
+        ),
         (dict(num_heads=2, key_dim=4, dropout=1.0), ValueError, "dropout=1.0"),
         (dict(num_heads=2, key_dim=4, dropout=-0.1), ValueError, "dropout=-0.1"),
     ],

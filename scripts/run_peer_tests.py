@@ -1,0 +1,149 @@
+"""Runs the peers' own unit tests with keras-attn's classes in place of theirs.
+
+The contract of issue #23: a Keras or keras-hub user swaps an import and keeps
+their code. This script runs, unchanged, the test files of
+
+* Keras's `keras.layers.MultiHeadAttention`
+  (`keras/src/layers/attention/multi_head_attention_test.py`),
+* keras-hub's `TransformerEncoder` and `TransformerDecoder`
+  (`keras_hub/src/layers/modeling/transformer_encoder_test.py`,
+  `transformer_decoder_test.py`),
+
+found in a directory you give (it fetches nothing: copy the files from the
+peers' repositories at the versions installed, Keras 3.15.1 and keras-hub
+0.32.0; never commit them here). Before pytest imports them, the peers'
+classes are replaced by `keras_attn.layers.MultiHeadAttention`,
+`TransformerEncoderBlock` and `TransformerDecoderBlock`; `--peer` runs them
+against the peers' own classes instead (the "before" column).
+
+Usage (one backend per run):
+
+    KERAS_BACKEND=jax PYTHONPATH=$PWD .venv/bin/python \\
+        scripts/run_peer_tests.py /path/to/peer_tests [--peer] [pytest args]
+
+Prints one line per test file (passed / failed / skipped) and every failure
+with the last line of its error.
+"""
+
+import argparse
+import collections
+import os
+import sys
+import types
+
+# file name -> (module holding the peer's class, class name, our class name)
+SUBSTITUTIONS = {
+    "multi_head_attention_test.py": (
+        "keras.src.layers",
+        "MultiHeadAttention",
+        "MultiHeadAttention",
+    ),
+    "transformer_encoder_test.py": (
+        "keras_hub.src.layers.modeling.transformer_encoder",
+        "TransformerEncoder",
+        "TransformerEncoderBlock",
+    ),
+    "transformer_decoder_test.py": (
+        "keras_hub.src.layers.modeling.transformer_decoder",
+        "TransformerDecoder",
+        "TransformerDecoderBlock",
+    ),
+}
+
+
+def substitute():
+    """Puts keras-attn's classes where the peer test files import theirs."""
+    import importlib
+
+    import keras
+
+    import keras_attn
+
+    for module_name, peer_name, our_name in SUBSTITUTIONS.values():
+        module = importlib.import_module(module_name)
+        setattr(module, peer_name, getattr(keras_attn.layers, our_name))
+    keras.layers.MultiHeadAttention = keras_attn.layers.MultiHeadAttention
+
+
+class Tally:
+    """A pytest plugin counting outcomes per file and keeping failures."""
+
+    def __init__(self):
+        self.counts = collections.defaultdict(collections.Counter)
+        self.failures = []
+
+    def pytest_runtest_logreport(self, report):
+        file_name = os.path.basename(report.nodeid.split("::")[0])
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            outcome = report.outcome
+            self.counts[file_name][outcome] += 1
+            if report.failed:
+                message = str(report.longrepr).strip().splitlines()
+                reason = next(
+                    (line for line in reversed(message) if line.startswith("E ")),
+                    message[-1] if message else "",
+                )
+                self.failures.append((report.nodeid, reason.strip()))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("peer_dir", help="directory holding the peer test files")
+    parser.add_argument(
+        "--peer",
+        action="store_true",
+        help="run against the peers' own classes (no substitution)",
+    )
+    args, pytest_args = parser.parse_known_args()
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    files = [
+        os.path.join(args.peer_dir, name)
+        for name in SUBSTITUTIONS
+        if os.path.exists(os.path.join(args.peer_dir, name))
+    ]
+    if not files:
+        sys.exit(
+            f"No peer test file in {args.peer_dir}: expected {list(SUBSTITUTIONS)}"
+        )
+    try:
+        import grain  # noqa: F401
+    except ImportError:
+        # keras-hub's `TestCase` imports grain for its preprocessing checks,
+        # which the layer tests run here never reach.
+        sys.modules["grain"] = types.ModuleType("grain")
+    import pytest
+
+    if not args.peer:
+        substitute()
+    tally = Tally()
+    import keras
+
+    pytest.main(
+        [
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--rootdir={args.peer_dir}",
+            "-c",
+            os.devnull,
+            *pytest_args,
+            *files,
+        ],
+        plugins=[tally],
+    )
+    which = "peer's classes" if args.peer else "keras-attn's classes"
+    print(f"\n== {which}, KERAS_BACKEND={keras.backend.backend()} ==")
+    for name in SUBSTITUTIONS:
+        counts = tally.counts.get(name)
+        if counts is not None:
+            print(
+                f"{name}: {counts['passed']} passed, {counts['failed']} failed, "
+                f"{counts['skipped']} skipped"
+            )
+    for nodeid, reason in tally.failures:
+        print(f"FAILED {nodeid}: {reason}")
+
+
+if __name__ == "__main__":
+    main()

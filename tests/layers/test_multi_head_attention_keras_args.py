@@ -1,0 +1,349 @@
+"""`MultiHeadAttention` as a drop-in for `keras.layers.MultiHeadAttention`:
+each Keras argument against Keras's layer with copied weights, the
+serialization round trip, the deprecated aliases and old saved files."""
+
+import json
+import os
+import zipfile
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+from layer_harness import run_layer_test
+
+from keras_attn.layers import MultiHeadAttention
+
+
+def normal(*shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
+
+
+def keras_and_ours(query, value, **kwargs):
+    """Keras's layer and ours, built alike, with the same random weights."""
+    theirs = keras.layers.MultiHeadAttention(**kwargs)
+    ours = MultiHeadAttention(**kwargs)
+    # With scores: Keras's own fused path fails for `value_dim != key_dim`.
+    theirs(query, value, return_attention_scores=True)
+    ours(query, value)
+    assert [w.path.split("/", 1)[1] for w in theirs.weights] == [
+        w.path.split("/", 1)[1] for w in ours.weights
+    ]
+    rng = np.random.default_rng(1)
+    for mine, weight in zip(ours.weights, theirs.weights):
+        weight.assign(0.5 * rng.normal(size=weight.shape).astype("float32"))
+        mine.assign(weight)
+    return theirs, ours
+
+
+def assert_same_call(theirs, ours, query, value, **call_kwargs):
+    expected, expected_scores = theirs(
+        query, value, return_attention_scores=True, **call_kwargs
+    )
+    output, scores = ours(query, value, return_attention_scores=True, **call_kwargs)
+    np.testing.assert_allclose(ops.convert_to_numpy(output), expected, atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(scores), expected_scores, atol=1e-5)
+    # The fused path (no scores) gives the same output.
+    fused = ours(query, value, **call_kwargs)
+    np.testing.assert_allclose(ops.convert_to_numpy(fused), expected, atol=1e-5)
+
+
+# --- Each argument against Keras's layer -------------------------------------
+
+SEQUENCE = normal(2, 5, 8)
+SOURCE = normal(2, 4, 8, seed=2)
+IMAGE = normal(2, 3, 4, 8, seed=3)
+
+
+@pytest.mark.parametrize(
+    "kwargs, query, value",
+    [
+        (dict(output_shape=(3, 2)), SEQUENCE, SOURCE),
+        (dict(output_shape=6, value_dim=3), SEQUENCE, SOURCE),
+        (dict(use_gate=True), SEQUENCE, SOURCE),
+        (dict(use_gate=True, use_bias=False, value_dim=3), SEQUENCE, SOURCE),
+        (dict(attention_axes=(1, 2)), IMAGE, IMAGE),
+        (dict(attention_axes=2), IMAGE, IMAGE),
+        (dict(attention_axes=-3, use_gate=True), IMAGE, normal(2, 5, 4, 8, seed=4)),
+        (dict(attention_axes=(2, 3)), normal(2, 2, 3, 2, 8), normal(2, 2, 2, 3, 8)),
+    ],
+)
+def test_arguments_match_keras(kwargs, query, value):
+    theirs, ours = keras_and_ours(query, value, num_heads=2, key_dim=4, **kwargs)
+    assert_same_call(theirs, ours, query, value)
+
+
+@pytest.mark.parametrize("use_causal_mask", [False, True])
+def test_sliding_window_matches_keras(use_causal_mask):
+    theirs, ours = keras_and_ours(
+        SEQUENCE, SEQUENCE, num_heads=2, key_dim=4, sliding_window=2
+    )
+    assert_same_call(theirs, ours, SEQUENCE, SEQUENCE, use_causal_mask=use_causal_mask)
+    _, scores = ours(SEQUENCE, SEQUENCE, return_attention_scores=True)
+    distance = np.abs(np.arange(5)[:, None] - np.arange(5)[None, :])
+    np.testing.assert_array_equal(ops.convert_to_numpy(scores)[..., distance >= 2], 0)
+
+
+def test_per_head_attention_mask_matches_keras():
+    theirs, ours = keras_and_ours(SEQUENCE, SOURCE, num_heads=2, key_dim=4)
+    rng = np.random.default_rng(5)
+    mask = rng.random((2, 2, 5, 4)) > 0.3
+    mask[..., 0] = True  # Every row attends somewhere (Keras differs on empty rows).
+    assert_same_call(theirs, ours, SEQUENCE, SOURCE, attention_mask=mask)
+    # A per-head mask whose heads agree is the 3-D mask.
+    same = np.repeat(mask[:, :1], 2, axis=1)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ours(SEQUENCE, SOURCE, attention_mask=same)),
+        ops.convert_to_numpy(ours(SEQUENCE, SOURCE, attention_mask=mask[:, 0])),
+        atol=1e-6,
+    )
+
+
+def test_high_rank_attention_mask_matches_keras():
+    theirs, ours = keras_and_ours(
+        IMAGE, IMAGE, num_heads=2, key_dim=4, attention_axes=2
+    )
+    # (batch, other axis, query positions, key positions), broadcast over heads.
+    mask = np.random.default_rng(6).random((2, 3, 4, 4)) > 0.3
+    mask[..., 0] = True
+    assert_same_call(theirs, ours, IMAGE, IMAGE, attention_mask=mask)
+
+
+def test_key_mask_is_combined_with_value_mask():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    key = normal(2, 4, 8, seed=7)
+    value_mask = np.array([[1, 1, 1, 0], [1, 1, 1, 1]], bool)
+    key_mask = np.array([[1, 0, 1, 1], [1, 1, 0, 1]], bool)
+    both = layer(SEQUENCE, SOURCE, key=key, value_mask=value_mask, key_mask=key_mask)
+    explicit = layer(
+        SEQUENCE, SOURCE, key=key, attention_mask=(value_mask & key_mask)[:, None, :]
+    )
+    np.testing.assert_allclose(ops.convert_to_numpy(both), explicit, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "argument",
+    ["kernel_regularizer", "bias_regularizer", "activity_regularizer"],
+)
+def test_regularizers_match_keras(argument):
+    theirs, ours = keras_and_ours(
+        SEQUENCE, SOURCE, num_heads=2, key_dim=4, use_gate=True, **{argument: "l2"}
+    )
+    theirs(SEQUENCE, SOURCE)
+    ours(SEQUENCE, SOURCE)
+    assert len(ours.losses) == len(theirs.losses) == 5
+    np.testing.assert_allclose(
+        sum(float(x) for x in ours.losses),
+        sum(float(x) for x in theirs.losses),
+        rtol=1e-5,
+    )
+
+
+def test_constraints_reach_every_projection():
+    layer = MultiHeadAttention(
+        num_heads=2,
+        key_dim=4,
+        use_gate=True,
+        kernel_constraint="non_neg",
+        bias_constraint="non_neg",
+    )
+    layer(SEQUENCE, SOURCE)
+    for dense in (
+        layer.query_dense,
+        layer.key_dense,
+        layer.value_dense,
+        layer.gate_dense,
+        layer.output_dense,
+    ):
+        assert isinstance(dense.kernel.constraint, keras.constraints.NonNeg)
+        assert isinstance(dense.bias.constraint, keras.constraints.NonNeg)
+
+
+def test_seed_generator_only_with_dropout_and_seed_repeats():
+    assert MultiHeadAttention(num_heads=2, key_dim=4).seed_generator is None
+    outputs = []
+    for _ in range(2):
+        layer = MultiHeadAttention(
+            num_heads=2, key_dim=4, dropout=0.5, seed=3, kernel_initializer="ones"
+        )
+        outputs.append(ops.convert_to_numpy(layer(SEQUENCE, SOURCE, training=True)))
+        assert len(layer.non_trainable_variables) == 1  # the seed generator's state
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+
+
+def test_flash_attention_refuses_what_keras_refuses():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, flash_attention=True)
+    assert layer.flash_attention is True
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer(SEQUENCE, SOURCE)).shape, (2, 5, 8)
+    )
+    with pytest.raises(ValueError, match="Returning attention scores is not supported"):
+        layer(SEQUENCE, SOURCE, return_attention_scores=True)
+
+
+def test_key_length_different_from_value_length():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    message = r"`value` and `key`.*value_shape=\(2, 2, 8\) and key_shape=\(2, 1, 7\)"
+    with pytest.raises(ValueError, match=message):
+        layer(normal(2, 4, 8), normal(2, 2, 8), key=normal(2, 1, 7))
+    with pytest.raises(ValueError, match=message):
+        layer.compute_output_shape((2, 4, 8), (2, 2, 8), (2, 1, 7))
+    layer(SEQUENCE, SOURCE)  # Built: the check still runs in `call`.
+    with pytest.raises(ValueError, match=r"key_shape=\(2, 3, 8\)"):
+        layer(SEQUENCE, SOURCE, key=normal(2, 3, 8))
+
+
+@pytest.mark.parametrize("attention_axes", [None, 1, -2, (1,)])
+def test_sequence_attention_keeps_the_2d_projections(attention_axes, monkeypatch):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, attention_axes=attention_axes)
+
+    def einsum_call(self, inputs, training=None):
+        raise AssertionError("EinsumDense.call ran")
+
+    monkeypatch.setattr(keras.layers.EinsumDense, "call", einsum_call)
+    layer(SEQUENCE, SOURCE, use_causal_mask=False)
+
+
+# --- Serialization -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "init_kwargs, inputs",
+    [
+        (
+            dict(
+                output_shape=(3, 2),
+                use_gate=True,
+                sliding_window=3,
+                dropout=0.1,
+                seed=4,
+                kernel_regularizer="l2",
+                bias_constraint="non_neg",
+            ),
+            {"query": SEQUENCE, "value": SOURCE},
+        ),
+        (
+            dict(attention_axes=(1, 2), flash_attention=False),
+            {"query": IMAGE, "value": IMAGE},
+        ),
+    ],
+)
+def test_layer_contract_with_keras_arguments(init_kwargs, inputs):
+    output_shape = (*inputs["query"].shape[:-1], *init_kwargs.get("output_shape", (8,)))
+    run_layer_test(
+        MultiHeadAttention,
+        dict(num_heads=2, key_dim=4, **init_kwargs),
+        inputs,
+        expected_output_shape=output_shape,
+        expected_num_trainable_weights=10 if init_kwargs.get("use_gate") else 8,
+        run_mixed_precision=False,
+    )
+
+
+def test_config_round_trip_of_every_keras_argument():
+    layer = MultiHeadAttention(
+        num_heads=2,
+        key_dim=4,
+        value_dim=3,
+        dropout=0.2,
+        use_bias=False,
+        output_shape=(3, 2),
+        attention_axes=(1, 2),
+        sliding_window=4,
+        flash_attention=False,
+        kernel_initializer="ones",
+        bias_initializer="ones",
+        kernel_regularizer="l2",
+        bias_regularizer="l1",
+        activity_regularizer="l2",
+        kernel_constraint="non_neg",
+        bias_constraint="unit_norm",
+        use_gate=True,
+        seed=5,
+    )
+    config = json.loads(json.dumps(layer.get_config()))
+    restored = MultiHeadAttention.from_config(config)
+    assert restored.get_config() == layer.get_config()
+    assert restored._output_shape == (3, 2) and restored.attention_axes == (1, 2)
+    # Keras's layer reads the same config (less the keras-attn extras).
+    keras_config = {k: v for k, v in config.items() if k != "flash_attention"}
+    keras.layers.MultiHeadAttention.from_config(keras_config)
+
+
+# --- Deprecated aliases and files saved before the rename ---------------------
+
+
+def test_deprecated_aliases_warn_and_map():
+    with pytest.warns(FutureWarning, match="`output_dim` is deprecated"):
+        layer = MultiHeadAttention(num_heads=2, key_dim=4, output_dim=6)
+    assert layer.get_config()["output_shape"] == (6,)
+    assert layer.output_dim == 6
+    with pytest.warns(FutureWarning, match="`use_fused_attention` is deprecated"):
+        layer = MultiHeadAttention(num_heads=2, key_dim=4, use_fused_attention=False)
+    assert layer.flash_attention is False and layer.use_fused_attention is False
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="not both"):
+        MultiHeadAttention(num_heads=2, key_dim=4, output_dim=6, output_shape=6)
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="not both"):
+        MultiHeadAttention(
+            num_heads=2, key_dim=4, use_fused_attention=True, flash_attention=False
+        )
+
+
+def old_config(layer):
+    """`layer`'s config as keras-attn wrote it before the rename."""
+    config = layer.get_config()
+    output_shape = config.pop("output_shape")
+    config["output_dim"] = None if output_shape is None else output_shape[-1]
+    config["use_fused_attention"] = config.pop("flash_attention") is not False
+    for name in (
+        "attention_axes",
+        "sliding_window",
+        "kernel_regularizer",
+        "bias_regularizer",
+        "activity_regularizer",
+        "kernel_constraint",
+        "bias_constraint",
+        "use_gate",
+        "seed",
+    ):
+        config.pop(name)
+    return config
+
+
+def test_old_config_loads():
+    layer = MultiHeadAttention(
+        num_heads=2, key_dim=4, output_shape=6, flash_attention=False
+    )
+    with pytest.warns(FutureWarning):
+        restored = MultiHeadAttention.from_config(old_config(layer))
+    assert restored.get_config() == layer.get_config()
+
+
+def test_old_keras_file_loads(tmp_path):
+    query = keras.Input((5, 8))
+    value = keras.Input((4, 8))
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, output_shape=6)
+    model = keras.Model([query, value], layer(query, value))
+    path = str(tmp_path / "new.keras")
+    model.save(path)
+    # Rewrite the file's config as keras-attn wrote it before the rename.
+    old_path = str(tmp_path / "old.keras")
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(old_path, "w") as target:
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                for entry in config["config"]["layers"]:
+                    if entry["class_name"] == "MultiHeadAttention":
+                        entry["config"] = old_config(layer)
+                data = json.dumps(config).encode()
+            target.writestr(item, data)
+    with pytest.warns(FutureWarning, match="output_dim"):
+        loaded = keras.saving.load_model(old_path)
+    inputs = [normal(2, 5, 8), normal(2, 4, 8, seed=1)]
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(loaded(inputs)),
+        ops.convert_to_numpy(model(inputs)),
+        atol=1e-6,
+    )
+    os.remove(path)
