@@ -47,12 +47,6 @@ def test_attention_dropout_adds_one_generator_per_attention():
     assert len(model.non_trainable_variables) == len(seed_generators(model))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="keras_attn.layers.MultiHeadAttention creates its SeedGenerator "
-    "when `dropout` is 0 (issue #21 item 3; the file belongs to items 1-2): "
-    "remove this mark when it creates one only for a positive rate",
-)
 @pytest.mark.parametrize(
     "dropout, expected", [(0.1, RESIDUAL_SITES), (0.0, 0)], ids=["paper", "none"]
 )
