@@ -69,3 +69,57 @@ def test_lora_trains_only_the_factors_and_round_trips(kind, tmp_path):
         variable.assign(frozen[variable.path])
     base.load_lora_weights(lora_path)
     np.testing.assert_allclose(_numpy(base(inputs)), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ZOO_MODELS)
+def test_lora_weights_load_into_a_model_without_lora(kind, tmp_path):
+    """As Keras's own layers: `load_weights` into a fresh model, merged."""
+    inputs, targets = copy_task(kind)
+    model = make_model(kind)
+    model.enable_lora(rank=2)
+    train(model, inputs, targets, steps=5, learning_rate=1e-2)
+    expected = _numpy(model(inputs))
+    path = os.path.join(tmp_path, "lora.weights.h5")
+    model.save_weights(path)
+
+    plain = make_model(kind)
+    plain.load_weights(path)
+    np.testing.assert_allclose(_numpy(plain(inputs)), expected, rtol=1e-5, atol=1e-5)
+
+    # And a plain file into the LoRA model: the factors start again at zero.
+    plain_path = os.path.join(tmp_path, "plain.weights.h5")
+    plain.save_weights(plain_path)
+    with warnings.catch_warnings():
+        # The plain model never trained: its file has no optimizer state.
+        warnings.filterwarnings("ignore", message="Skipping variable loading")
+        model.load_weights(plain_path)
+    np.testing.assert_allclose(_numpy(model(inputs)), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layer_class", [AttentionProjection, PositionwiseDense])
+def test_lora_files_without_the_merged_part_still_load(layer_class):
+    """Files from before the merged part: every variable, no count."""
+    if layer_class is AttentionProjection:
+        layer = layer_class("abc,cde->abde", output_shape=(None, 2, 4), bias_axes="de")
+    else:
+        layer = layer_class(units=4)
+    layer.build((2, 3, 6))
+    layer.enable_lora(2)
+    for variable in layer.variables:
+        variable.assign(np.random.default_rng(0).normal(size=variable.shape))
+    x = np.random.default_rng(1).normal(size=(2, 3, 6)).astype("float32")
+    old_format = {str(i): _numpy(v) for i, v in enumerate(layer.variables)}
+
+    copy = layer_class.from_config(layer.get_config())
+    copy.build((2, 3, 6))  # LoRA comes back with the config (`lora_rank`)
+    assert copy.lora_enabled
+    copy.load_own_variables(old_format)
+    np.testing.assert_array_equal(_numpy(copy(x)), _numpy(layer(x)))
+
+    store = {}
+    layer.save_own_variables(store)
+    merged_count = int(store["lora_merged_count"])
+    assert len(store) == merged_count + len(layer.variables) + 1
+    store.pop(str(merged_count + len(layer.variables) - 1))  # one short
+    with pytest.raises(ValueError, match="saved LoRA state has"):
+        copy.load_own_variables(store)
