@@ -5,20 +5,22 @@ import json
 import math
 from pathlib import Path
 
-# Settings that a resumed `train` may change: how long to train, the safety
-# stop, and what evaluation does. Any other difference from a run
-# directory's `config.json` describes another model or another data order.
-RESUMABLE_CHANGES = frozenset(
-    {
-        "train_steps",
-        "epochs",
-        "time_budget_minutes",
-        "beam_size",
-        "length_penalty_alpha",
-        "average_checkpoints",
-        "evaluation_pairs",
-        "steps_per_execution",
-    }
+# Settings that define the model, its tokenizer and its data: a run
+# directory's checkpoints and backup hold that model, so a resumed `train`
+# must keep them. The optimizer's schedule, the batching, the training
+# length and evaluation may change on resume (e.g. a lower learning rate).
+MODEL_SETTINGS = (
+    "preset",
+    "num_layers",
+    "hidden_dim",
+    "num_heads",
+    "intermediate_dim",
+    "dropout",
+    "normalize_first",
+    "vocabulary_size",
+    "train_pairs",
+    "max_length",
+    "seed",
 )
 
 
@@ -187,7 +189,9 @@ def check_resumable(config, output_dir):
     checkpoints and backup hold. `train` resumes from that backup, so a
     different model setting would first overwrite the description and then
     fail to restore (or train a different model on the old tokenizer).
-    Only `RESUMABLE_CHANGES` may differ. Nothing is written.
+    `MODEL_SETTINGS` must be the same; the rest may differ (and the
+    directory's `config.json` then records the new values). Nothing is
+    written here.
 
     Raises:
         ValueError: naming each differing setting with both values.
@@ -205,10 +209,8 @@ def check_resumable(config, output_dir):
     requested = dataclasses.asdict(config)
     differing = [
         f"{name}: {stored[name]!r} in {path.name}, {requested[name]!r} requested"
-        for name in requested
-        if name in stored
-        and name not in RESUMABLE_CHANGES
-        and stored[name] != requested[name]
+        for name in MODEL_SETTINGS
+        if name in stored and stored[name] != requested[name]
     ]
     if differing:
         raise ValueError(

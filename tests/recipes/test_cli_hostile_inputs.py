@@ -109,9 +109,11 @@ def test_resuming_with_other_model_settings_is_refused_unchanged(
     assert snapshot(run_dir) == before
 
 
-def test_resuming_may_change_the_length_and_evaluation(run_dir):
-    longer = SETTINGS["tiny"].replace(train_steps=500, beam_size=5)
-    check_resumable(longer, run_dir)  # no error
+def test_resuming_may_change_the_training_but_not_the_model(run_dir):
+    longer = SETTINGS["tiny"].replace(
+        train_steps=500, beam_size=5, learning_rate_scale=0.5, warmup_steps=10
+    )
+    check_resumable(longer, run_dir)  # no error: same model, other training
     check_resumable(SETTINGS["full"], run_dir.parent / "fresh")  # no config yet
     with pytest.raises(ValueError, match="Differing: .*preset"):
         check_resumable(SETTINGS["full"], run_dir)
