@@ -12,7 +12,7 @@ from keras_attn.generation.decoding_loop import (
 )
 from keras_attn.generation.samplers import from_strategy
 from keras_attn.generation.sampling import check_sampling_args
-from keras_attn.layers.validation import check_choice
+from keras_attn.validation import check_choice
 
 LM_STRATEGIES = ("greedy", "sample")
 

@@ -12,7 +12,7 @@ from keras_attn.generation.greedy_search import greedy_search
 from keras_attn.generation.samplers import from_strategy
 from keras_attn.generation.sampling import check_sampling_args, sample
 from keras_attn.generation.seq2seq import generate_seq2seq
-from keras_attn.layers.validation import check_choice
+from keras_attn.validation import check_choice
 
 STRATEGIES = {"greedy": greedy_search, "beam": beam_search, "sample": sample}
 # The options of each strategy that configure its sampler.

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attn.layers.validation import check_dropout_rate
+from keras_attn.validation import check_dropout_rate
 
 # Each float32 uniform draw carries 23 random mantissa bits (on JAX and on
 # TensorFlow): two independent 11-bit uniforms are cut from it (2048**2 <= 2**23).

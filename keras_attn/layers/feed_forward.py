@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.position_wise_dense import PositionwiseDense
-from keras_attn.layers.validation import check_dropout_rate, check_positive_int
+from keras_attn.validation import check_dropout_rate, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

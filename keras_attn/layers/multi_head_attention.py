@@ -16,7 +16,7 @@ from keras_attn.layers.masking import causal_mask, merge_attention_masks
 from keras_attn.layers.scaled_dot_product_attention import (
     scaled_dot_product_attention,
 )
-from keras_attn.layers.validation import check_dropout_rate
+from keras_attn.validation import check_dropout_rate
 
 
 def _check_dim(value, name, allow_none=False):

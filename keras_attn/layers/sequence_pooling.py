@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attn.layers.validation import check_choice
+from keras_attn.validation import check_choice
 
 POOLINGS = ("cls", "mean")
 

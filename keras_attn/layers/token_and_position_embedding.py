@@ -10,7 +10,7 @@ from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
-from keras_attn.layers.validation import check_choice, check_positive_int
+from keras_attn.validation import check_choice, check_positive_int
 
 POSITION_KINDS = ("sinusoidal", "learned")
 

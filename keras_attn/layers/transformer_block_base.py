@@ -5,7 +5,7 @@ import keras
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
-from keras_attn.layers.validation import (
+from keras_attn.validation import (
     check_divisible,
     check_dropout_rate,
     check_positive_int,

@@ -19,7 +19,7 @@
 import keras
 import numpy as np
 
-from keras_attn.layers.validation import check_positive_int
+from keras_attn.validation import check_positive_int
 
 # The attention projections (`MultiHeadAttention`) and the two layers of
 # each `FeedForward`.

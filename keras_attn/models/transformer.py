@@ -9,12 +9,12 @@ from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjectio
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_attn.layers.validation import check_positive_int
 from keras_attn.layers.vocabulary_projection import VocabularyProjection
 from keras_attn.models.model_features import ModelFeaturesMixin
 from keras_attn.models.preset_io import PresetMixin
 from keras_attn.models.presets import TRANSFORMER_PRESETS
 from keras_attn.models.token_inputs import check_same_batch_size, check_token_ids
+from keras_attn.validation import check_positive_int
 
 
 def _embed(embedding, dropout, tokens, training=None, start_index=0):

@@ -8,16 +8,16 @@ from keras_attn.layers.padding_mask import PaddingMask
 from keras_attn.layers.sequence_pooling import POOLINGS, SequencePooling
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_attn.layers.validation import (
+from keras_attn.models.model_features import ModelFeaturesMixin
+from keras_attn.models.preset_io import PresetMixin
+from keras_attn.models.token_inputs import check_token_ids
+from keras_attn.models.zoo_presets import ENCODER_CLASSIFIER_PRESETS
+from keras_attn.validation import (
     check_choice,
     check_divisible,
     check_dropout_rate,
     check_positive_int,
 )
-from keras_attn.models.model_features import ModelFeaturesMixin
-from keras_attn.models.preset_io import PresetMixin
-from keras_attn.models.token_inputs import check_token_ids
-from keras_attn.models.zoo_presets import ENCODER_CLASSIFIER_PRESETS
 
 
 def check_pad_id(pad_id, vocabulary_size):

@@ -8,17 +8,17 @@ from keras_attn.layers.padding_mask import PaddingMask
 from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
-from keras_attn.layers.validation import (
-    check_divisible,
-    check_dropout_rate,
-    check_positive_int,
-)
 from keras_attn.layers.vocabulary_projection import VocabularyProjection
 from keras_attn.models.model_features import ModelFeaturesMixin
 from keras_attn.models.preset_io import PresetMixin
 from keras_attn.models.token_inputs import check_token_ids
 from keras_attn.models.transformer_encoder_classifier import check_pad_id
 from keras_attn.models.zoo_presets import LM_PRESETS
+from keras_attn.validation import (
+    check_divisible,
+    check_dropout_rate,
+    check_positive_int,
+)
 
 
 def _run(parts, token_ids, training=None):

@@ -9,14 +9,14 @@ from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.sequence_pooling import SequencePooling
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_attn.layers.validation import (
+from keras_attn.models.model_features import ModelFeaturesMixin
+from keras_attn.models.preset_io import PresetMixin
+from keras_attn.models.zoo_presets import VIT_PRESETS
+from keras_attn.validation import (
     check_divisible,
     check_dropout_rate,
     check_positive_int,
 )
-from keras_attn.models.model_features import ModelFeaturesMixin
-from keras_attn.models.preset_io import PresetMixin
-from keras_attn.models.zoo_presets import VIT_PRESETS
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

@@ -1,0 +1,266 @@
+"""Argument checks for every public entry point of keras-attn.
+
+One module, one calling convention: `check_x(value, name, ...)`, value
+first, then the argument's public name (the one the user typed). Each
+check returns the value in its canonical Python type (`int`, `float`,
+`bool`), so callers write `self.units = check_positive_int(units, "units")`.
+
+The rule for the exception type is Python's:
+
+- `TypeError` when the value has the wrong type (`"2"`, `2.5` or `True`
+  where an integer is expected, a string where a number is expected);
+- `ValueError` when the type is right and the value is not (`0` where a
+  positive integer is expected, `nan` or `inf` where a finite number is).
+
+Every message names the argument, says what was expected and ends with
+`Received: name=value`, as Keras's own argument errors do.
+
+Booleans are never numbers here (`True` is an `int` to Python, but
+`num_heads=True` is a bug, not a 1), and numbers are never booleans
+(`normalize_first="no"` or `use_cache=0` are refused rather than read by
+truthiness). NumPy scalars are accepted and converted.
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+# Seeds go to NumPy and the backends' random generators, which take
+# unsigned 32-bit seeds.
+MAX_SEED = 2**32
+
+
+def _received(name, value):
+    return f"Received: {name}={value!r}"
+
+
+def _type_name(value):
+    return type(value).__name__
+
+
+def is_integer(value):
+    """True for Python and NumPy integers, False for booleans."""
+    return isinstance(value, numbers.Integral) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
+def is_real(value):
+    """True for Python and NumPy real numbers, False for booleans."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _describe_range(min_value, max_value, include_min=True, include_max=True):
+    if min_value is None and max_value is None:
+        return ""
+    if max_value is None:
+        return f" {'>=' if include_min else '>'} {min_value}"
+    if min_value is None:
+        return f" {'<=' if include_max else '<'} {max_value}"
+    left = "[" if include_min else "("
+    right = "]" if include_max else ")"
+    return f" in {left}{min_value}, {max_value}{right}"
+
+
+def check_int(value, name, min_value=None, max_value=None, allow_none=False):
+    """Returns `value` as an `int` if it is an integer in the given range.
+
+    Args:
+        value: The argument's value.
+        name: The argument's public name, for the message.
+        min_value: Optional inclusive lower bound.
+        max_value: Optional inclusive upper bound.
+        allow_none: Whether `None` is accepted (and returned).
+
+    Raises:
+        TypeError: if `value` is not an integer (booleans and floats,
+            even `2.0`, are not).
+        ValueError: if it lies outside `[min_value, max_value]`.
+    """
+    if value is None and allow_none:
+        return None
+    expected = f"an integer{_describe_range(min_value, max_value)}"
+    if allow_none:
+        expected += " or None"
+    if not is_integer(value):
+        raise TypeError(
+            f"`{name}` must be {expected}. {_received(name, value)} "
+            f"of type {_type_name(value)}"
+        )
+    if (min_value is not None and value < min_value) or (
+        max_value is not None and value > max_value
+    ):
+        raise ValueError(f"`{name}` must be {expected}. {_received(name, value)}")
+    return int(value)
+
+
+def check_positive_int(value, name, allow_none=False):
+    """`check_int` with `min_value=1`."""
+    if value is None and allow_none:
+        return None
+    if is_integer(value) and value < 1:
+        raise ValueError(
+            f"`{name}` must be a positive integer. {_received(name, value)}"
+        )
+    if not is_integer(value):
+        raise TypeError(
+            f"`{name}` must be a positive integer. {_received(name, value)} "
+            f"of type {_type_name(value)}"
+        )
+    return int(value)
+
+
+def check_non_negative_int(value, name, allow_none=False):
+    """`check_int` with `min_value=0`."""
+    return check_int(value, name, min_value=0, allow_none=allow_none)
+
+
+def check_float(
+    value,
+    name,
+    min_value=None,
+    max_value=None,
+    include_min=True,
+    include_max=True,
+    allow_none=False,
+):
+    """Returns `value` as a finite `float` if it lies in the given range.
+
+    Integers are accepted (`learning_rate=1` is a number); booleans,
+    strings, NaN and infinities are not.
+
+    Args:
+        value: The argument's value.
+        name: The argument's public name, for the message.
+        min_value: Optional lower bound.
+        max_value: Optional upper bound.
+        include_min: Whether `min_value` itself is allowed.
+        include_max: Whether `max_value` itself is allowed.
+        allow_none: Whether `None` is accepted (and returned).
+
+    Raises:
+        TypeError: if `value` is not a real number.
+        ValueError: if it is NaN, infinite or outside the range.
+    """
+    if value is None and allow_none:
+        return None
+    expected = "a finite number" + _describe_range(
+        min_value, max_value, include_min, include_max
+    )
+    if allow_none:
+        expected += " or None"
+    if not is_real(value):
+        raise TypeError(
+            f"`{name}` must be {expected}. {_received(name, value)} "
+            f"of type {_type_name(value)}"
+        )
+    value = float(value)
+    too_low = min_value is not None and (
+        value < min_value or (value == min_value and not include_min)
+    )
+    too_high = max_value is not None and (
+        value > max_value or (value == max_value and not include_max)
+    )
+    if not math.isfinite(value) or too_low or too_high:
+        raise ValueError(f"`{name}` must be {expected}. {_received(name, value)}")
+    return value
+
+
+def check_positive_float(value, name, allow_none=False):
+    """A finite number `> 0`."""
+    return check_float(
+        value, name, min_value=0.0, include_min=False, allow_none=allow_none
+    )
+
+
+def check_rate(value, name="dropout"):
+    """A probability in `[0, 1)`, as dropout rates are, as a `float`."""
+    if not is_real(value):
+        raise TypeError(
+            f"`{name}` must be a float in [0, 1). {_received(name, value)} "
+            f"of type {_type_name(value)}"
+        )
+    if not 0.0 <= value < 1.0:  # False for NaN too.
+        raise ValueError(
+            f"`{name}` must be a float in [0, 1). {_received(name, value)}"
+        )
+    return float(value)
+
+
+# The name the layers have used since the first release.
+check_dropout_rate = check_rate
+
+
+def check_bool(value, name, allow_none=False):
+    """Returns `value` if it is a boolean (Python or NumPy).
+
+    Raises:
+        TypeError: for anything else, including `0`, `1` and strings
+            such as `"no"`, which truthiness would silently misread.
+    """
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, (bool, np.bool_)):
+        expected = "True or False" + (" or None" if allow_none else "")
+        raise TypeError(
+            f"`{name}` must be {expected}. {_received(name, value)} "
+            f"of type {_type_name(value)}"
+        )
+    return bool(value)
+
+
+def check_choice(value, name, choices):
+    """Returns `value` if it is one of `choices`, else raises `ValueError`."""
+    try:
+        known = value in choices
+    except TypeError:  # An unhashable value tested against a set.
+        known = False
+    if not known:
+        shown = sorted(choices, key=repr)
+        raise ValueError(f"`{name}` must be one of {shown}. {_received(name, value)}")
+    return value
+
+
+def check_divisible(dividend, divisor, dividend_name, divisor_name):
+    """Raises `ValueError` unless `dividend % divisor == 0`."""
+    if dividend % divisor:
+        raise ValueError(
+            f"`{dividend_name}` must be divisible by `{divisor_name}`. Received: "
+            f"{dividend_name}={dividend}, {divisor_name}={divisor}"
+        )
+
+
+def check_seed(value, name="seed", allow_none=True):
+    """An integer seed in `[0, 2**32)`, or `None` where allowed."""
+    return check_int(
+        value, name, min_value=0, max_value=MAX_SEED - 1, allow_none=allow_none
+    )
+
+
+def check_token_id(value, name, vocabulary_size, allow_none=False):
+    """An integer token id in `[0, vocabulary_size)`."""
+    if value is None and allow_none:
+        return None
+    expected = f"a token id in [0, vocabulary_size={vocabulary_size})"
+    if not is_integer(value):
+        raise TypeError(
+            f"`{name}` must be {expected}. {_received(name, value)} "
+            f"of type {_type_name(value)}"
+        )
+    if not 0 <= value < vocabulary_size:
+        raise ValueError(f"`{name}` must be {expected}. {_received(name, value)}")
+    return int(value)
+
+
+def check_string(value, name, allow_none=False):
+    """Returns `value` if it is a `str`."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, str):
+        expected = "a string" + (" or None" if allow_none else "")
+        raise TypeError(
+            f"`{name}` must be {expected}. {_received(name, value)} "
+            f"of type {_type_name(value)}"
+        )
+    return value
