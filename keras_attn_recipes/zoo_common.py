@@ -161,8 +161,14 @@ def fit_steps_per_execution(wanted, steps_per_epoch):
     Keras runs whole groups of `steps_per_execution` batches: with an
     endless generator and `steps_per_epoch` not a multiple of the group, an
     epoch would run past `steps_per_epoch` (and the learning-rate schedule,
-    counted in updates, with it).
+    counted in updates, with it). 1 on torch, whose Keras trainer takes no
+    other value.
     """
+    import keras
+
+    if keras.backend.backend() == "torch":
+        # Keras's torch trainer runs one step per call only.
+        return 1
     wanted = max(1, min(wanted, steps_per_epoch))
     return next(n for n in range(wanted, 0, -1) if steps_per_epoch % n == 0)
 

@@ -36,7 +36,13 @@ CUDNN_MAX_HEAD_DIM = 128
 
 
 def device_platform():
-    """`"cpu"`, `"gpu"` or `"tpu"`: the kind of device Keras computes on."""
+    """`"cpu"`, `"gpu"` or `"tpu"`: the kind of device Keras computes on.
+
+    `"unknown"` on backends that `keras.distribution` does not serve
+    (torch): only the JAX kernel choice reads the platform.
+    """
+    if keras.backend.backend() not in ("jax", "tensorflow"):
+        return "unknown"
     devices = keras.distribution.list_devices()
     if not devices:
         return "cpu"

@@ -106,7 +106,7 @@ def test_mask_reaches_the_kernel_in_the_full_layout(monkeypatch):
     fused_dot_product_attention(query, key, value, mask=ops.convert_to_tensor(causal))
     (kwargs,) = calls
     assert tuple(kwargs["mask"].shape) == (2, 1, 4, 4)
-    if device_platform() == "cpu":
+    if device_platform() in ("cpu", "unknown"):
         # Chosen up front: XLA, never a try of cuDNN that fails.
         assert kwargs["flash_attention"] is False
 
