@@ -65,6 +65,20 @@ def _check_prompt(model, prompt_tokens, max_length, end_id):
     return prompt_tokens, max_length, end_id
 
 
+def _prompt_block(prompt_tokens, max_length, pad_id):
+    """`(tokens, in_prompt, first_index)`: the prompts padded to `max_length`.
+
+    Decoding starts at the shortest prompt's last token.
+    """
+    batch_size = ops.shape(prompt_tokens)[0]
+    # (batch, max_length): the prompts, then padding to fill in.
+    tokens = ops.full((batch_size, max_length), pad_id, dtype="int32")
+    tokens = ops.slice_update(tokens, (0, 0), prompt_tokens)
+    in_prompt = ops.not_equal(tokens, pad_id)  # (batch, max_length)
+    prompt_lengths = ops.sum(ops.cast(in_prompt, "int32"), axis=1)  # (batch,)
+    return tokens, in_prompt, ops.maximum(ops.min(prompt_lengths) - 1, 0)
+
+
 def _cached_step(model, prompt_tokens, batch_size, max_length):
     """Prefills the cache with the prompt, returns `(step, cache)`."""
     cache = model.initial_cache(batch_size, max_length)
@@ -174,29 +188,19 @@ def generate_lm(
     >>> tuple(out["tokens"].shape)
     (1, 10)
     """
-    sampler = _resolve_sampler(
-        sampler,
-        dict(
-            strategy=strategy,
-            top_k=top_k,
-            top_p=top_p,
-            temperature=temperature,
-            seed=seed,
-        ),
+    options = dict(
+        strategy=strategy, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed
     )
+    sampler = _resolve_sampler(sampler, options)
     use_cache = check_bool(use_cache, "use_cache")
     prompt_tokens, max_length, end_id = _check_prompt(
         model, prompt_tokens, max_length, end_id
     )
     if prompt_tokens.shape[0] == 0:
         return decoding_result(*empty_result(sampler, max_length), sampler)
-    pad_id = model.pad_id
-    batch_size = ops.shape(prompt_tokens)[0]
-    # (batch, max_length): the prompts, then padding to fill in.
-    tokens = ops.full((batch_size, max_length), pad_id, dtype="int32")
-    tokens = ops.slice_update(tokens, (0, 0), prompt_tokens)
-    in_prompt = ops.not_equal(tokens, pad_id)  # (batch, max_length)
-    prompt_lengths = ops.sum(ops.cast(in_prompt, "int32"), axis=1)  # (batch,)
+    tokens, in_prompt, first_index = _prompt_block(
+        prompt_tokens, max_length, model.pad_id
+    )
     step, state, reorder = _step_and_state(
         model, prompt_tokens, max_length, sampler.num_beams, use_cache
     )
@@ -207,10 +211,9 @@ def generate_lm(
         in_prompt,
         sampler,
         end_id=end_id,
-        pad_id=pad_id,
-        suppressed_ids=(pad_id,),
-        # Decoding starts at the shortest prompt's last token.
-        first_index=ops.maximum(ops.min(prompt_lengths) - 1, 0),
+        pad_id=model.pad_id,
+        suppressed_ids=(model.pad_id,),
+        first_index=first_index,
         reorder=reorder,
     )
     return decoding_result(tokens, scores, sampler)

@@ -9,6 +9,7 @@ from keras_attn.generation.beam_search import beam_search, check_beam_search_arg
 from keras_attn.generation.causal_lm import generate_lm
 from keras_attn.generation.decoding_loop import (
     check_max_length,
+    check_source,
     check_special_token_ids,
     check_token_batch,
     empty_result,
@@ -198,8 +199,12 @@ class SequenceGenerator(keras.Model):
         `(batch, length)`, an integer dtype, every id in the vocabulary. An
         empty batch gives empty arrays without running the model.
         """
-        name = "prompt_tokens" if self.is_lm else "encoder_tokens"
-        tokens = check_token_batch(tokens, name, self.model.vocabulary_size)
+        if self.is_lm:
+            tokens = check_token_batch(
+                tokens, "prompt_tokens", self.model.vocabulary_size
+            )
+        else:
+            tokens = check_source(self.model, tokens)
         if tokens.shape[0] == 0:
             return self._empty_result(tokens)
         return self.predict_on_batch(tokens)
