@@ -465,6 +465,7 @@ def padding_statistics(dataset, max_batches=None, pad_id=0):
     >>> 0.0 <= stats["padding"] <= 1.0
     True
     """
+    pad_id = check_int(pad_id, "pad_id")
     if max_batches is None:
         if dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
             raise ValueError(

@@ -37,6 +37,8 @@ class TextClassifier:
         self, model, tokenizer, class_names=None, sequence_length=None, batch_size=32
     ):
         check_tokenizer_matches(tokenizer, model)
+        if class_names is not None:
+            class_names = check_string_list(class_names, "class_names")
         if class_names is not None and len(class_names) != model.num_classes:
             raise ValueError(
                 f"`class_names` must name the model's {model.num_classes} classes. "

@@ -39,6 +39,7 @@ from keras_attn.validation import (
     check_int,
     check_seed,
     check_string_list,
+    check_token_id,
 )
 
 PAD_ID = 0
@@ -273,15 +274,11 @@ class SubwordTokenizer(tf.Module):
         Eager only (for plots and debugging), e.g. `"▁Hund"`.
         """
         if isinstance(ids, (int, np.integer)):
-            return self._processor.id_to_piece(int(self._check_id(ids)))
-        return [self._processor.id_to_piece(int(self._check_id(i))) for i in ids]
+            return self._processor.id_to_piece(self._check_id(ids))
+        return [self._processor.id_to_piece(self._check_id(i)) for i in ids]
 
     def _check_id(self, index):
-        if not 0 <= int(index) < self.vocabulary_size:
-            raise ValueError(
-                f"Ids must be in [0, {self.vocabulary_size}). Received: id={index!r}"
-            )
-        return index
+        return check_token_id(index, "id", self.vocabulary_size)
 
     @property
     def model_proto(self):

@@ -137,6 +137,11 @@ TASK_ARGUMENTS = [
     (TextClassifier, "batch_size", NOT_A_POSITIVE_INT),
     (
         TextClassifier,
+        "class_names",
+        st.sampled_from(["ab", [1, 2], ["a"], 3, [b"a", b"b"]]),
+    ),
+    (
+        TextClassifier,
         "sequence_length",
         st.one_of(NOT_A_LENGTH.filter(lambda x: x is not None), st.just(10_000)),
     ),
