@@ -5,10 +5,12 @@ import functools
 from keras import ops
 
 from keras_attn.generation import samplers as samplers_lib
-from keras_attn.generation.decoding_loop import (
+from keras_attn.generation.decoding_inputs import (
     check_token_batch,
-    decode,
     empty_result,
+)
+from keras_attn.generation.decoding_loop import (
+    decode,
     reorder_self_attention,
 )
 from keras_attn.generation.samplers import from_strategy

@@ -3,14 +3,16 @@
 from keras import ops
 
 from keras_attn.generation import samplers as samplers_lib
-from keras_attn.generation.decoding_loop import (
-    cached_step,
+from keras_attn.generation.decoding_inputs import (
     check_source,
     check_special_token_ids,
-    decode,
     empty_result,
-    reorder_self_attention,
     resolve_max_length,
+)
+from keras_attn.generation.decoding_loop import (
+    cached_step,
+    decode,
+    reorder_self_attention,
     uncached_step,
 )
 from keras_attn.validation import check_bool

@@ -7,7 +7,7 @@ import keras
 from keras_attn.generation import samplers as samplers_lib
 from keras_attn.generation.beam_search import beam_search, check_beam_search_args
 from keras_attn.generation.causal_lm import generate_lm
-from keras_attn.generation.decoding_loop import (
+from keras_attn.generation.decoding_inputs import (
     check_max_length,
     check_source,
     check_special_token_ids,
