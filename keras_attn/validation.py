@@ -290,3 +290,26 @@ def check_string_list(value, name, allow_empty=True):
     if not strings and not allow_empty:
         raise ValueError(f"`{name}` must not be empty. Received: {name}=[]")
     return strings
+
+
+def check_string_pairs(first, second, first_name, second_name):
+    """Two non-empty lists of `str` of the same length (sentence pairs).
+
+    Returns:
+        `(first, second)` as lists (`check_string_list` on each).
+
+    Raises:
+        TypeError: as `check_string_list`.
+        ValueError: for different lengths, or no pairs at all.
+    """
+    first = check_string_list(first, first_name)
+    second = check_string_list(second, second_name)
+    if len(first) != len(second):
+        raise ValueError(
+            f"`{first_name}` and `{second_name}` must have the same length. "
+            f"Received: len({first_name})={len(first)}, "
+            f"len({second_name})={len(second)}"
+        )
+    if not first:
+        raise ValueError(f"`{first_name}` and `{second_name}` must not be empty.")
+    return first, second

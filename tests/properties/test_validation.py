@@ -136,3 +136,14 @@ def test_check_string_list_refuses_by_name(value, error, match):
 def test_check_string_list_returns_a_list():
     assert validation.check_string_list(("a", np.str_("b")), "texts") == ["a", "b"]
     assert validation.check_string_list([], "texts") == []
+
+
+def test_check_string_pairs_names_both_arguments():
+    pairs = validation.check_string_pairs(("a",), ["b"], "sources", "targets")
+    assert pairs == (["a"], ["b"])
+    with pytest.raises(ValueError, match=r"len\(sources\)=2, len\(targets\)=1"):
+        validation.check_string_pairs(["a", "b"], ["c"], "sources", "targets")
+    with pytest.raises(ValueError, match="`sources` and `targets` must not be empty"):
+        validation.check_string_pairs([], [], "sources", "targets")
+    with pytest.raises(TypeError, match="targets"):
+        validation.check_string_pairs(["a"], "b", "sources", "targets")
