@@ -4,7 +4,7 @@ import dataclasses
 
 from sacrebleu.metrics import BLEU, CHRF
 
-from keras_attn.validation import check_string_list
+from keras_attn.validation import check_string_pairs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,15 +69,9 @@ def corpus_bleu(hypotheses, references):
         - [Popović, 2015](https://aclanthology.org/W15-3049/), chrF:
           character n-gram F-score for automatic MT evaluation.
     """
-    hypotheses = check_string_list(hypotheses, "hypotheses")
-    references = check_string_list(references, "references")
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            "`hypotheses` and `references` must have the same length. Received: "
-            f"len(hypotheses)={len(hypotheses)}, len(references)={len(references)}"
-        )
-    if not hypotheses:
-        raise ValueError("`hypotheses` and `references` must not be empty.")
+    hypotheses, references = check_string_pairs(
+        hypotheses, references, "hypotheses", "references"
+    )
     streams = [references]  # sacreBLEU takes one list per reference set.
     cased = BLEU()
     lowercased = BLEU(lowercase=True, tokenize="13a")

@@ -29,7 +29,7 @@ from keras_attn.validation import (
     check_int,
     check_positive_int,
     check_seed,
-    check_string_list,
+    check_string_pairs,
 )
 
 DEFAULT_BUCKET_LENGTHS = (8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -44,15 +44,7 @@ def _check_min_length(value, name):
 
 def _encode_pairs(sources, targets, tokenizer, max_length):
     """Tokenizes all pairs at once; truncates to `max_length - 1` ids, warning once."""
-    sources = check_string_list(sources, "sources")
-    targets = check_string_list(targets, "targets")
-    if len(sources) != len(targets):
-        raise ValueError(
-            "`sources` and `targets` must have the same length. Received: "
-            f"len(sources)={len(sources)}, len(targets)={len(targets)}"
-        )
-    if len(sources) == 0:
-        raise ValueError("`sources` and `targets` must not be empty.")
+    sources, targets = check_string_pairs(sources, targets, "sources", "targets")
     if not hasattr(tokenizer, "tokenize"):
         raise TypeError(
             "`tokenizer` must be a `keras_attn.text.SubwordTokenizer`. "
