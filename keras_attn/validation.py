@@ -264,3 +264,52 @@ def check_string(value, name, allow_none=False):
             f"of type {_type_name(value)}"
         )
     return value
+
+
+def check_string_list(value, name, allow_empty=True):
+    """Returns `value` as a list of `str`: a sequence of strings, not one string.
+
+    Raises:
+        TypeError: for a single string (a common slip: its characters
+            would be read as sentences), a non-iterable, or an element
+            that is not a `str`.
+        ValueError: for an empty sequence where `allow_empty` is False.
+    """
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(
+            f"`{name}` must be a list of strings, not a single string. "
+            f"{_received(name, value)[:200]}"
+        )
+    strings = list(value)
+    for index, string in enumerate(strings):
+        if not isinstance(string, str):
+            raise TypeError(
+                f"`{name}` must contain only strings. Received: "
+                f"{name}[{index}]={string!r:.100} of type {_type_name(string)}"
+            )
+    if not strings and not allow_empty:
+        raise ValueError(f"`{name}` must not be empty. Received: {name}=[]")
+    return strings
+
+
+def check_string_pairs(first, second, first_name, second_name):
+    """Two non-empty lists of `str` of the same length (sentence pairs).
+
+    Returns:
+        `(first, second)` as lists (`check_string_list` on each).
+
+    Raises:
+        TypeError: as `check_string_list`.
+        ValueError: for different lengths, or no pairs at all.
+    """
+    first = check_string_list(first, first_name)
+    second = check_string_list(second, second_name)
+    if len(first) != len(second):
+        raise ValueError(
+            f"`{first_name}` and `{second_name}` must have the same length. "
+            f"Received: len({first_name})={len(first)}, "
+            f"len({second_name})={len(second)}"
+        )
+    if not first:
+        raise ValueError(f"`{first_name}` and `{second_name}` must not be empty.")
+    return first, second

@@ -1,22 +1,16 @@
 """Beam search with the paper's length penalty and a key/value cache."""
 
-from keras_attn.generation.decoding_loop import is_integer
 from keras_attn.generation.samplers import BeamSampler, length_penalty
 from keras_attn.generation.seq2seq import generate_seq2seq
+from keras_attn.validation import check_float, check_positive_int
 
 __all__ = ["beam_search", "check_beam_search_args", "length_penalty"]
 
 
 def check_beam_search_args(beam_size, length_penalty_alpha):
-    if not is_integer(beam_size) or beam_size <= 0:
-        raise ValueError(
-            f"`beam_size` must be a positive integer. Received: beam_size={beam_size!r}"
-        )
-    if not length_penalty_alpha >= 0:
-        raise ValueError(
-            "`length_penalty_alpha` must be >= 0. "
-            f"Received: length_penalty_alpha={length_penalty_alpha!r}"
-        )
+    """Checks the beam options by their names."""
+    check_positive_int(beam_size, "beam_size")
+    check_float(length_penalty_alpha, "length_penalty_alpha", min_value=0.0)
 
 
 def beam_search(

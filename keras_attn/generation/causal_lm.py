@@ -5,45 +5,80 @@ import functools
 from keras import ops
 
 from keras_attn.generation import samplers as samplers_lib
+from keras_attn.generation.decoding_inputs import (
+    check_token_batch,
+    empty_result,
+)
 from keras_attn.generation.decoding_loop import (
     decode,
-    is_integer,
     reorder_self_attention,
 )
 from keras_attn.generation.samplers import from_strategy
 from keras_attn.generation.sampling import check_sampling_args
-from keras_attn.validation import check_choice
+from keras_attn.generation.seq2seq import decoding_result
+from keras_attn.validation import check_bool, check_choice, check_int, check_token_id
 
 LM_STRATEGIES = ("greedy", "sample")
+# `generate_lm`'s sampler options and their defaults: with `sampler=`, these
+# must keep them.
+_STRATEGY_DEFAULTS = dict(
+    strategy="greedy", top_k=None, top_p=None, temperature=1.0, seed=None
+)
+
+
+def _resolve_sampler(sampler, options):
+    """The sampler of `generate_lm`'s `sampler` or `strategy` + `options`."""
+    if sampler is None:
+        strategy = check_choice(options.pop("strategy"), "strategy", LM_STRATEGIES)
+        check_sampling_args(options["top_k"], options["top_p"], options["temperature"])
+        return from_strategy(strategy, **(options if strategy == "sample" else {}))
+    sampler = samplers_lib.get(sampler)
+    changed = [
+        name
+        for name, default in _STRATEGY_DEFAULTS.items()
+        if options[name] is not default and options[name] != default
+    ]
+    if changed:
+        raise ValueError(
+            f"Pass either `sampler` or {', '.join(f'`{n}`' for n in changed)}, "
+            f"not both. Received: sampler={sampler!r}, "
+            + ", ".join(f"{n}={options[n]!r}" for n in changed)
+        )
+    return sampler
 
 
 def _check_prompt(model, prompt_tokens, max_length, end_id):
-    prompt_tokens = ops.convert_to_tensor(prompt_tokens, "int32")
-    if len(prompt_tokens.shape) != 2 or prompt_tokens.shape[1] in (None, 0):
+    """Checks `generate_lm`'s arguments; returns `(prompts, max_length, end_id)`."""
+    prompt_tokens = check_token_batch(
+        prompt_tokens, "prompt_tokens", model.vocabulary_size
+    )
+    prompt_length = prompt_tokens.shape[1]
+    if prompt_length in (None, 0):
         raise ValueError(
             "`prompt_tokens` must have shape (batch, prompt_length) with a "
             f"known prompt_length > 0. Received: prompt_tokens.shape="
             f"{tuple(prompt_tokens.shape)}"
         )
-    if not is_integer(max_length) or max_length < prompt_tokens.shape[1]:
-        raise ValueError(
-            "`max_length` must be an integer at least the prompt length "
-            f"{prompt_tokens.shape[1]}. Received: max_length={max_length!r}"
-        )
-    if model.position == "learned" and max_length > model.max_sequence_length:
-        raise ValueError(
-            f"`max_length` must be at most max_sequence_length="
-            f"{model.max_sequence_length} with learned positions. "
-            f"Received: max_length={max_length}"
-        )
-    if end_id is not None and (
-        not is_integer(end_id) or not 0 <= end_id < model.vocabulary_size
-    ):
-        raise ValueError(
-            f"`end_id` must be None or a token id in [0, {model.vocabulary_size}). "
-            f"Received: end_id={end_id!r}"
-        )
-    return prompt_tokens
+    limit = model.max_sequence_length if model.position == "learned" else None
+    max_length = check_int(
+        max_length, "max_length", min_value=prompt_length, max_value=limit
+    )
+    end_id = check_token_id(end_id, "end_id", model.vocabulary_size, allow_none=True)
+    return prompt_tokens, max_length, end_id
+
+
+def _prompt_block(prompt_tokens, max_length, pad_id):
+    """`(tokens, in_prompt, first_index)`: the prompts padded to `max_length`.
+
+    Decoding starts at the shortest prompt's last token.
+    """
+    batch_size = ops.shape(prompt_tokens)[0]
+    # (batch, max_length): the prompts, then padding to fill in.
+    tokens = ops.full((batch_size, max_length), pad_id, dtype="int32")
+    tokens = ops.slice_update(tokens, (0, 0), prompt_tokens)
+    in_prompt = ops.not_equal(tokens, pad_id)  # (batch, max_length)
+    prompt_lengths = ops.sum(ops.cast(in_prompt, "int32"), axis=1)  # (batch,)
+    return tokens, in_prompt, ops.maximum(ops.min(prompt_lengths) - 1, 0)
 
 
 def _cached_step(model, prompt_tokens, batch_size, max_length):
@@ -67,6 +102,20 @@ def _uncached_step(model, tokens, index, state):
     # (batch, 1, vocabulary) -> (batch, vocabulary)
     logits = ops.slice(logits, (0, index, 0), (batch_size, 1, vocabulary_size))
     return logits[:, 0, :], state
+
+
+def _step_and_state(model, prompt_tokens, max_length, beams, use_cache):
+    """`(step, state, reorder)` for `decode`, the cache prefilled."""
+    if not use_cache:
+        return functools.partial(_uncached_step, model), (), None
+    batch_size = ops.shape(prompt_tokens)[0]
+    step, cache = _cached_step(
+        model,
+        ops.repeat(prompt_tokens, beams, axis=0),
+        batch_size * beams,
+        max_length,
+    )
+    return step, cache, reorder_self_attention
 
 
 def generate_lm(
@@ -141,55 +190,22 @@ def generate_lm(
     >>> tuple(out["tokens"].shape)
     (1, 10)
     """
-    if sampler is None:
-        check_choice(strategy, "strategy", LM_STRATEGIES)
-        check_sampling_args(top_k, top_p, temperature)
-        options = dict(top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
-        sampler = from_strategy(strategy, **(options if strategy == "sample" else {}))
-    else:
-        sampler = samplers_lib.get(sampler)
-        given = dict(
-            strategy=strategy,
-            top_k=top_k,
-            top_p=top_p,
-            temperature=temperature,
-            seed=seed,
-        )
-        defaults = dict(
-            strategy="greedy", top_k=None, top_p=None, temperature=1.0, seed=None
-        )
-        changed = [name for name in given if given[name] != defaults[name]]
-        if changed:
-            raise ValueError(
-                f"Pass either `sampler` or {', '.join(f'`{n}`' for n in changed)}, "
-                f"not both. Received: sampler={sampler!r}, "
-                + ", ".join(f"{n}={given[n]!r}" for n in changed)
-            )
-    prompt_tokens = _check_prompt(model, prompt_tokens, max_length, end_id)
-    max_length = int(max_length)
-    end_id = None if end_id is None else int(end_id)
-    pad_id = model.pad_id
-    batch_size = ops.shape(prompt_tokens)[0]
-    beams = sampler.num_beams
-
-    # (batch, max_length): the prompts, then padding to fill in.
-    tokens = ops.full((batch_size, max_length), pad_id, dtype="int32")
-    tokens = ops.slice_update(tokens, (0, 0), prompt_tokens)
-    in_prompt = ops.not_equal(tokens, pad_id)  # (batch, max_length)
-    prompt_lengths = ops.sum(ops.cast(in_prompt, "int32"), axis=1)  # (batch,)
-    # Decoding starts at the shortest prompt's last token.
-    first_index = ops.maximum(ops.min(prompt_lengths) - 1, 0)
-
-    if use_cache:
-        step, state = _cached_step(
-            model,
-            ops.repeat(prompt_tokens, beams, axis=0),
-            batch_size * beams,
-            max_length,
-        )
-        reorder = reorder_self_attention
-    else:
-        step, state, reorder = functools.partial(_uncached_step, model), (), None
+    options = dict(
+        strategy=strategy, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed
+    )
+    sampler = _resolve_sampler(sampler, options)
+    use_cache = check_bool(use_cache, "use_cache")
+    prompt_tokens, max_length, end_id = _check_prompt(
+        model, prompt_tokens, max_length, end_id
+    )
+    if prompt_tokens.shape[0] == 0:
+        return decoding_result(*empty_result(sampler, max_length), sampler)
+    tokens, in_prompt, first_index = _prompt_block(
+        prompt_tokens, max_length, model.pad_id
+    )
+    step, state, reorder = _step_and_state(
+        model, prompt_tokens, max_length, sampler.num_beams, use_cache
+    )
     tokens, scores = decode(
         step,
         state,
@@ -197,12 +213,9 @@ def generate_lm(
         in_prompt,
         sampler,
         end_id=end_id,
-        pad_id=pad_id,
-        suppressed_ids=(pad_id,),
+        pad_id=model.pad_id,
+        suppressed_ids=(model.pad_id,),
         first_index=first_index,
         reorder=reorder,
     )
-    result = {"tokens": tokens[:, 0], "scores": scores[:, 0]}
-    if isinstance(sampler, samplers_lib.BeamSampler):
-        result.update(beam_tokens=tokens, beam_scores=scores)
-    return result
+    return decoding_result(tokens, scores, sampler)

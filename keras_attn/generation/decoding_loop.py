@@ -6,16 +6,20 @@ decoder-only `TransformerLM` alike; a sampler object
 (`keras_attn.generation.samplers`) says how the next token is chosen. The
 model enters through a `step` function, so the same loop runs with the
 key/value cache and without it (the baseline the tests compare against).
+
+The loop carries a `DecodeState` (as Flax's `BeamState`); one iteration is
+three small pure steps: `step_log_probs` (the model), `candidates` (what
+each hypothesis may become) and `advance` (the sampler's choice applied).
 """
 
-import numbers
+from typing import Any, NamedTuple
 
 import keras
 from keras import ops
 
-# Extra target positions beyond the source length (section 6.1 of the paper:
-# "maximum output length to input length + 50").
-MAX_LENGTH_OFFSET = 50
+# `keras_attn.export` imports the + 50 rule from here.
+from keras_attn.generation.decoding_inputs import MAX_LENGTH_OFFSET  # noqa: F401
+
 # Log-probability of the placeholder beams that fill the beam at the start
 # (only the first hypothesis is real then).
 _COPY = -1.0e9
@@ -23,58 +27,6 @@ _COPY = -1.0e9
 # or where a prompt fixes the token): finite, so sums stay NaN-free, and
 # far below `_COPY` and the -1e9 of `suppress_ids`.
 MASKED = -1.0e18
-
-
-def is_integer(value):
-    """True for Python and NumPy integers (not bools)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def check_token_ids(start_id, end_id, vocabulary_size):
-    for name, value in (("start_id", start_id), ("end_id", end_id)):
-        if not is_integer(value) or not 0 <= value < vocabulary_size:
-            raise ValueError(
-                f"`{name}` must be a token id in [0, {vocabulary_size}). "
-                f"Received: {name}={value!r}"
-            )
-
-
-def check_max_length(max_length):
-    if not is_integer(max_length) or max_length <= 0:
-        raise ValueError(
-            f"`max_length` must be a positive integer. Received: max_length={max_length!r}"
-        )
-
-
-def resolve_max_length(model, encoder_tokens, max_length):
-    """`max_length` if given, else source length + 50 (the paper's rule)."""
-    if max_length is None:
-        source_length = encoder_tokens.shape[1]
-        if source_length is None:
-            # Only in a TensorFlow graph whose input shapes were relaxed
-            # (`tf.function` retracing): the bound is a tensor there.
-            max_length = ops.shape(encoder_tokens)[1] + MAX_LENGTH_OFFSET
-            if model.position == "learned":
-                max_length = ops.minimum(max_length, model.max_sequence_length)
-            return max_length
-        max_length = source_length + MAX_LENGTH_OFFSET
-    check_max_length(max_length)
-    max_length = int(max_length)
-    if model.position == "learned":
-        max_length = min(max_length, model.max_sequence_length)
-    return max_length
-
-
-def encode_source(model, encoder_tokens):
-    """Converts ids to an int32 tensor and runs the encoder once."""
-    encoder_tokens = ops.convert_to_tensor(encoder_tokens, "int32")
-    if len(encoder_tokens.shape) != 2:
-        raise ValueError(
-            "`encoder_tokens` must have shape (batch, source_length). "
-            f"Received: encoder_tokens.shape={tuple(encoder_tokens.shape)}"
-        )
-    encoder_output, encoder_padding_mask = model.encode(encoder_tokens)
-    return encoder_tokens, encoder_output, encoder_padding_mask
 
 
 def suppress_ids(logits, token_ids):
@@ -160,6 +112,131 @@ def gather_beams(tensor, beam_indices):
     return ops.take_along_axis(tensor, indices, axis=1)
 
 
+class DecodeState(NamedTuple):
+    """What the decoding loop carries from one step to the next.
+
+    `beams` is the sampler's `num_beams` (1 but for beam search).
+    """
+
+    index: Any  # int32 scalar: the position whose logits come next.
+    tokens: Any  # int32 (batch, beams, total_length)
+    log_probs: Any  # float32 (batch, beams): summed log-probabilities.
+    ended: Any  # bool (batch, beams): the hypothesis has produced `end_id`.
+    lengths: Any  # int32 (batch, beams): generated tokens, end included.
+    cache: Any  # The step function's state (a key/value cache, or not).
+
+
+class Candidates(NamedTuple):
+    """Every continuation of every hypothesis at one step."""
+
+    log_probs: Any  # float32 (batch, beams, vocabulary)
+    lengths: Any  # int32 (batch, beams): the length once extended.
+    generating: Any  # bool (batch, beams): the next token is generated.
+    next_given: Any  # bool (batch,): the next token is given (a prompt).
+    given_ids: Any  # int32 (batch,): the given next token (else padding).
+
+
+def initial_state(tokens, beams, first_index, cache):
+    """The state before the first step: every beam holds the given tokens."""
+    batch_size = ops.shape(tokens)[0]
+    # (batch, beams, total_length)
+    tokens = ops.repeat(ops.expand_dims(tokens, 1), beams, axis=1)
+    first_beam = ops.convert_to_tensor([0.0] + [_COPY] * (beams - 1))
+    return DecodeState(
+        index=ops.cast(first_index, "int32"),
+        tokens=tokens,
+        log_probs=ops.tile(first_beam[None, :], (batch_size, 1)),  # (batch, beams)
+        ended=ops.zeros((batch_size, beams), "bool"),
+        lengths=ops.zeros((batch_size, beams), "int32"),
+        cache=cache,
+    )
+
+
+def step_log_probs(step, state, suppressed_ids):
+    """Runs the model one position; returns `(logits, log_probs, cache)`.
+
+    Logits and log-probabilities are float32 `(batch, beams, vocabulary)`,
+    with `suppressed_ids` suppressed.
+    """
+    batch_size, beams, total_length = ops.shape(state.tokens)
+    # (batch * beams, total_length)
+    flat_tokens = ops.reshape(state.tokens, (batch_size * beams, total_length))
+    logits, cache = step(flat_tokens, state.index, state.cache)
+    logits = suppress_ids(ops.cast(logits, "float32"), suppressed_ids)
+    vocabulary_size = ops.shape(logits)[-1]
+    # (batch * beams, vocabulary) -> (batch, beams, vocabulary)
+    logits = ops.reshape(logits, (batch_size, beams, vocabulary_size))
+    return logits, ops.log_softmax(logits, axis=-1), cache
+
+
+def candidates(state, log_probs, given, pad_id):
+    """Scores every continuation of every hypothesis.
+
+    A hypothesis whose next token is given (a prompt), or that has ended
+    (then padding follows), has exactly one continuation, at no cost.
+    """
+    vocabulary = ops.arange(ops.shape(log_probs)[-1])
+    next_position = state.index + 1
+    next_given = ops.take(given, next_position, axis=1)  # (batch,)
+    given_ids = ops.take(state.tokens[:, 0, :], next_position, axis=1)  # (batch,)
+    only_given = ops.where(
+        ops.equal(vocabulary[None, :], given_ids[:, None]), 0.0, MASKED
+    )  # (batch, vocabulary)
+    only_padding = ops.where(ops.equal(vocabulary, pad_id), 0.0, MASKED)
+    log_probs = ops.where(next_given[:, None, None], only_given[:, None, :], log_probs)
+    log_probs = ops.where(state.ended[:, :, None], only_padding, log_probs)
+    generating = ops.logical_and(
+        ops.logical_not(state.ended), ops.logical_not(next_given[:, None])
+    )  # (batch, beams)
+    return Candidates(
+        log_probs=state.log_probs[:, :, None] + log_probs,
+        lengths=state.lengths + ops.cast(generating, "int32"),
+        generating=generating,
+        next_given=next_given,
+        given_ids=given_ids,
+    )
+
+
+def advance(state, candidates, parents, ids, cache, end_id, pad_id, reorder):
+    """The state once each hypothesis `parents[b, j]` is extended by `ids[b, j]`.
+
+    `parents` and `ids` are the sampler's choice, int32 `(batch, beams)`;
+    given tokens and the padding after the end replace what it chose there.
+    """
+    batch_size, beams = ops.shape(state.tokens)[0], state.tokens.shape[1]
+    was_ended = ops.take_along_axis(state.ended, parents, axis=1)
+    generated = ops.take_along_axis(candidates.generating, parents, axis=1)
+    ids = ops.where(candidates.next_given[:, None], candidates.given_ids[:, None], ids)
+    ids = ops.where(was_ended, pad_id, ids)
+    vocabulary_size = ops.shape(candidates.log_probs)[-1]
+    # (batch, beams * vocabulary) -> the chosen candidates' log-probs.
+    log_probs = ops.take_along_axis(
+        ops.reshape(candidates.log_probs, (batch_size, -1)),
+        parents * vocabulary_size + ids,
+        axis=1,
+    )
+    ended = was_ended
+    if end_id is not None:
+        ended = ops.logical_or(
+            ended, ops.logical_and(generated, ops.equal(ids, end_id))
+        )
+    tokens = state.tokens
+    if beams > 1:
+        tokens = gather_beams(tokens, parents)
+        if reorder is not None:
+            sentence_offsets = ops.arange(batch_size)[:, None] * beams  # (batch, 1)
+            cache = reorder(cache, ops.reshape(sentence_offsets + parents, (-1,)))
+    tokens = ops.slice_update(tokens, (0, 0, state.index + 1), ids[:, :, None])
+    return DecodeState(
+        index=state.index + 1,
+        tokens=tokens,
+        log_probs=log_probs,
+        ended=ended,
+        lengths=ops.take_along_axis(candidates.lengths, parents, axis=1),
+        cache=cache,
+    )
+
+
 def decode(
     step,
     state,
@@ -204,88 +281,28 @@ def decode(
         `(tokens, scores)`: int32 `(batch, beams, total_length)` and float32
         `(batch, beams)` (`sampler.final_scores`), best hypothesis first.
     """
-    beams = sampler.num_beams
     batch_size, total_length = ops.shape(tokens)[0], ops.shape(tokens)[1]
     draws = sampler.random_draws(total_length - 1, batch_size)
-    # (batch, beams, total_length): every beam starts from the given tokens.
-    tokens = ops.repeat(ops.expand_dims(tokens, 1), beams, axis=1)
-    first_beam = ops.convert_to_tensor([0.0] + [_COPY] * (beams - 1))
-    log_probs = ops.tile(first_beam[None, :], (batch_size, 1))  # (batch, beams)
-    ended = ops.zeros((batch_size, beams), "bool")
-    lengths = ops.zeros((batch_size, beams), "int32")
-    sentence_offsets = ops.arange(batch_size)[:, None] * beams  # (batch, 1)
 
-    def cond(index, tokens, log_probs, ended, lengths, state):
+    def cond(state):
         return ops.logical_and(
-            index < total_length - 1, ops.logical_not(ops.all(ended))
+            state.index < total_length - 1, ops.logical_not(ops.all(state.ended))
         )
 
-    def body(index, tokens, log_probs, ended, lengths, state):
-        # (batch * beams, total_length)
-        flat_tokens = ops.reshape(tokens, (batch_size * beams, total_length))
-        logits, state = step(flat_tokens, index, state)
-        logits = suppress_ids(ops.cast(logits, "float32"), suppressed_ids)
-        vocabulary_size = ops.shape(logits)[-1]
-        # (batch * beams, vocabulary) -> (batch, beams, vocabulary)
-        logits = ops.reshape(logits, (batch_size, beams, vocabulary_size))
-        step_log_probs = ops.log_softmax(logits, axis=-1)
-        vocabulary = ops.arange(vocabulary_size)
-        next_given = ops.take(given, index + 1, axis=1)  # (batch,)
-        given_ids = ops.take(tokens[:, 0, :], index + 1, axis=1)  # (batch,)
-        # A given or ended hypothesis has exactly one continuation, free.
-        only_given = ops.where(
-            ops.equal(vocabulary[None, :], given_ids[:, None]), 0.0, MASKED
-        )  # (batch, vocabulary)
-        only_padding = ops.where(ops.equal(vocabulary, pad_id), 0.0, MASKED)
-        step_log_probs = ops.where(
-            next_given[:, None, None], only_given[:, None, :], step_log_probs
-        )
-        step_log_probs = ops.where(ended[:, :, None], only_padding, step_log_probs)
-        candidate_log_probs = log_probs[:, :, None] + step_log_probs
-        generating = ops.logical_and(
-            ops.logical_not(ended), ops.logical_not(next_given[:, None])
-        )  # (batch, beams)
-        candidate_lengths = lengths + ops.cast(generating, "int32")
-        draw = None if draws is None else ops.take(draws, index, axis=0)
-        parents, ids = sampler.select(
-            logits, candidate_log_probs, candidate_lengths, draw
-        )
-        was_ended = ops.take_along_axis(ended, parents, axis=1)
-        generated = ops.take_along_axis(generating, parents, axis=1)
-        ids = ops.where(next_given[:, None], given_ids[:, None], ids)
-        ids = ops.where(was_ended, pad_id, ids)
-        # (batch, beams * vocabulary) -> the chosen candidates' log-probs.
-        log_probs = ops.take_along_axis(
-            ops.reshape(candidate_log_probs, (batch_size, -1)),
-            parents * vocabulary_size + ids,
-            axis=1,
-        )
-        lengths = ops.take_along_axis(candidate_lengths, parents, axis=1)
-        ended = was_ended
-        if end_id is not None:
-            ended = ops.logical_or(
-                ended, ops.logical_and(generated, ops.equal(ids, end_id))
-            )
-        if beams > 1:
-            tokens = gather_beams(tokens, parents)
-            if reorder is not None:
-                flat_parents = ops.reshape(sentence_offsets + parents, (-1,))
-                state = reorder(state, flat_parents)
-        tokens = ops.slice_update(tokens, (0, 0, index + 1), ids[:, :, None])
-        return index + 1, tokens, log_probs, ended, lengths, state
+    def body(state):
+        logits, log_probs, cache = step_log_probs(step, state, suppressed_ids)
+        options = candidates(state, log_probs, given, pad_id)
+        draw = None if draws is None else ops.take(draws, state.index, axis=0)
+        parents, ids = sampler.select(logits, options.log_probs, options.lengths, draw)
+        return [advance(state, options, parents, ids, cache, end_id, pad_id, reorder)]
 
-    loop_state = (
-        ops.cast(first_index, "int32"),
-        tokens,
-        log_probs,
-        ended,
-        lengths,
-        state,
-    )
-    _, tokens, log_probs, _, lengths, _ = ops.while_loop(cond, body, loop_state)
-    scores = sampler.final_scores(log_probs, lengths)
-    if beams > 1:
+    initial = initial_state(tokens, sampler.num_beams, first_index, state)
+    # A one-element list: Keras unpacks a tuple (the named state) otherwise.
+    (final,) = ops.while_loop(cond, body, [initial])
+    scores = sampler.final_scores(final.log_probs, final.lengths)
+    tokens = final.tokens
+    if sampler.num_beams > 1:
         # Re-rank by final score (live hypotheses cut at the end included).
-        scores, order = top_k_rows(scores, beams)
+        scores, order = top_k_rows(scores, sampler.num_beams)
         tokens = gather_beams(tokens, order)
     return tokens, scores

@@ -6,12 +6,19 @@ sampler. The names follow keras-hub's `keras_hub.samplers`.
 """
 
 import dataclasses
-import numbers
 
 import keras
 from keras import ops
 
-from keras_attn.generation.decoding_loop import is_integer, top_k_rows
+from keras_attn.generation.decoding_loop import top_k_rows
+from keras_attn.validation import (
+    check_bool,
+    check_float,
+    check_positive_float,
+    check_positive_int,
+    check_seed,
+    is_integer,
+)
 
 
 def filter_logits(logits, top_k=None, top_p=None, temperature=1.0):
@@ -81,13 +88,10 @@ def length_penalty(length, alpha):
     return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
 
 
-def _check_temperature(temperature):
-    if isinstance(temperature, bool) or not (
-        isinstance(temperature, numbers.Real) and temperature > 0
-    ):
-        raise ValueError(
-            f"`temperature` must be a positive number. Received: temperature={temperature!r}"
-        )
+def _set_checked(sampler, name, check, *args, **kwargs):
+    """Checks a field of a frozen sampler and stores its canonical value."""
+    value = check(getattr(sampler, name), name, *args, **kwargs)
+    object.__setattr__(sampler, name, value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +113,7 @@ class Sampler:
     is_random = False
 
     def __post_init__(self):
-        _check_temperature(self.temperature)
+        _set_checked(self, "temperature", check_positive_float)
 
     def random_draws(self, num_steps, batch_size):
         """The uniform numbers the sampler uses, `(num_steps, batch)`, or `None`.
@@ -201,19 +205,9 @@ class BeamSampler(Sampler):
 
     def __post_init__(self):
         super().__post_init__()
-        if not is_integer(self.num_beams) or self.num_beams <= 0:
-            raise ValueError(
-                "`num_beams` must be a positive integer. "
-                f"Received: num_beams={self.num_beams!r}"
-            )
-        alpha = self.length_penalty_alpha
-        if isinstance(alpha, bool) or not (
-            isinstance(alpha, numbers.Real) and alpha >= 0
-        ):
-            raise ValueError(
-                "`length_penalty_alpha` must be a number >= 0. "
-                f"Received: length_penalty_alpha={alpha!r}"
-            )
+        _set_checked(self, "num_beams", check_positive_int)
+        _set_checked(self, "length_penalty_alpha", check_float, min_value=0.0)
+        _set_checked(self, "return_all_beams", check_bool)
 
     def select(self, logits, candidate_log_probs, candidate_lengths, draw):
         batch_size = ops.shape(candidate_log_probs)[0]
@@ -248,6 +242,11 @@ class RandomSampler(Sampler):
     seed: object = dataclasses.field(default=None, kw_only=True)
 
     is_random = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.seed, keras.random.SeedGenerator):
+            _set_checked(self, "seed", check_seed)
 
     def random_draws(self, num_steps, batch_size):
         return keras.random.uniform((num_steps, batch_size), seed=self.seed)
@@ -289,8 +288,7 @@ class TopKSampler(RandomSampler):
 
     def __post_init__(self):
         super().__post_init__()
-        if not is_integer(self.k) or self.k <= 0:
-            raise ValueError(f"`k` must be a positive integer. Received: k={self.k!r}")
+        _set_checked(self, "k", check_positive_int)
 
     def filter(self, logits):
         return filter_logits(logits, top_k=self.k, temperature=self.temperature)
@@ -320,14 +318,8 @@ class TopPSampler(RandomSampler):
 
     def __post_init__(self):
         super().__post_init__()
-        if isinstance(self.p, bool) or not (
-            isinstance(self.p, numbers.Real) and 0.0 < self.p <= 1.0
-        ):
-            raise ValueError(f"`p` must be in (0, 1]. Received: p={self.p!r}")
-        if self.k is not None and (not is_integer(self.k) or self.k <= 0):
-            raise ValueError(
-                f"`k` must be None or a positive integer. Received: k={self.k!r}"
-            )
+        _set_checked(self, "p", check_float, 0.0, 1.0, include_min=False)
+        _set_checked(self, "k", check_positive_int, allow_none=True)
 
     def filter(self, logits):
         return filter_logits(

@@ -1,27 +1,21 @@
 """Top-k / top-p (nucleus) sampling with a key/value cache."""
 
-from keras_attn.generation.decoding_loop import is_integer
 from keras_attn.generation.samplers import (
     filter_logits,
     from_strategy,
     sample_from_logits,
 )
 from keras_attn.generation.seq2seq import generate_seq2seq
+from keras_attn.validation import check_float, check_positive_float, check_positive_int
 
 __all__ = ["check_sampling_args", "filter_logits", "sample", "sample_from_logits"]
 
 
 def check_sampling_args(top_k, top_p, temperature):
-    if top_k is not None and (not is_integer(top_k) or top_k <= 0):
-        raise ValueError(
-            f"`top_k` must be a positive integer. Received: top_k={top_k!r}"
-        )
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"`top_p` must be in (0, 1]. Received: top_p={top_p!r}")
-    if not temperature > 0:
-        raise ValueError(
-            f"`temperature` must be positive. Received: temperature={temperature!r}"
-        )
+    """Checks the sampling options by their names (`top_k` may be `None`)."""
+    check_positive_int(top_k, "top_k", allow_none=True)
+    check_float(top_p, "top_p", 0.0, 1.0, include_min=False, allow_none=True)
+    check_positive_float(temperature, "temperature")
 
 
 def sample(

@@ -3,15 +3,48 @@
 from keras import ops
 
 from keras_attn.generation import samplers as samplers_lib
+from keras_attn.generation.decoding_inputs import (
+    check_source,
+    check_special_token_ids,
+    empty_result,
+    resolve_max_length,
+)
 from keras_attn.generation.decoding_loop import (
     cached_step,
-    check_token_ids,
     decode,
-    encode_source,
     reorder_self_attention,
-    resolve_max_length,
     uncached_step,
 )
+from keras_attn.validation import check_bool
+
+
+def _step_and_state(model, encoder_tokens, max_length, beams, use_cache):
+    """Runs the encoder once; returns `(step, state, reorder)` for `decode`."""
+    encoder_output, encoder_mask = model.encode(encoder_tokens)
+    if beams > 1:
+        # Every beam of a sentence shares its encoder output: (batch * beams, ...).
+        encoder_output = ops.repeat(encoder_output, beams, axis=0)
+        encoder_mask = ops.repeat(encoder_mask, beams, axis=0)
+    if use_cache:
+        state = model.initial_cache(encoder_output, encoder_mask, max_length)
+        return cached_step(model), state, reorder_self_attention
+    return uncached_step(model), (encoder_output, encoder_mask), None
+
+
+def _start_tokens(batch_size, max_length, start_id, pad_id):
+    """int32 `(batch, max_length + 1)`: the start token, then padding."""
+    tokens = ops.full((batch_size, max_length + 1), pad_id, "int32")
+    return ops.slice_update(
+        tokens, (0, 0), ops.full((batch_size, 1), start_id, "int32")
+    )
+
+
+def decoding_result(tokens, scores, sampler):
+    """The dict the decoding functions return, from `(batch, beams, ...)`."""
+    result = {"tokens": tokens[:, 0], "scores": scores[:, 0]}
+    if isinstance(sampler, samplers_lib.BeamSampler):
+        result.update(beam_tokens=tokens, beam_scores=scores)
+    return result
 
 
 def generate_seq2seq(
@@ -32,6 +65,11 @@ def generate_seq2seq(
     `keras.ops.while_loop` that stops as soon as every hypothesis has
     produced `end_id`, so it compiles under XLA (JAX) and `tf.function`
     (TensorFlow); `keras_attn.generation.SequenceGenerator` compiles it.
+
+    The source ids are checked first, also when traced: shape
+    `(batch, source_length)` with `source_length >= 1`, an integer dtype
+    (float ids are refused, not truncated); eagerly, every id inside the
+    vocabulary. An empty batch gives empty results.
 
     Args:
         model: a `keras_attn.models.Transformer`.
@@ -66,41 +104,26 @@ def generate_seq2seq(
     (2, 3, 56)
     """
     sampler = samplers_lib.get(sampler)
-    check_token_ids(start_id, end_id, model.vocabulary_size)
-    encoder_tokens, encoder_output, encoder_mask = encode_source(model, encoder_tokens)
+    check_special_token_ids(start_id, end_id, model.vocabulary_size)
+    use_cache = check_bool(use_cache, "use_cache")
+    encoder_tokens = check_source(model, encoder_tokens)
     max_length = resolve_max_length(model, encoder_tokens, max_length)
-    batch_size = ops.shape(encoder_tokens)[0]
-    beams = sampler.num_beams
-    if beams > 1:
-        # Every beam of a sentence shares its encoder output: (batch * beams, ...).
-        encoder_output = ops.repeat(encoder_output, beams, axis=0)
-        encoder_mask = ops.repeat(encoder_mask, beams, axis=0)
-    if use_cache:
-        step, reorder = cached_step(model), reorder_self_attention
-        state = model.initial_cache(encoder_output, encoder_mask, max_length)
-    else:
-        step, reorder = uncached_step(model), None
-        state = (encoder_output, encoder_mask)
-    # (batch, max_length + 1): position 0 holds the start token.
-    tokens = ops.full((batch_size, max_length + 1), model.pad_id, "int32")
-    tokens = ops.slice_update(
-        tokens, (0, 0), ops.full((batch_size, 1), start_id, "int32")
+    if encoder_tokens.shape[0] == 0:
+        return decoding_result(*empty_result(sampler, max_length), sampler)
+    step, state, reorder = _step_and_state(
+        model, encoder_tokens, max_length, sampler.num_beams, use_cache
     )
-    # Only the start token is given, and the loop never asks about it.
-    given = ops.zeros((batch_size, max_length + 1), "bool")
+    batch_size = ops.shape(encoder_tokens)[0]
     tokens, scores = decode(
         step,
         state,
-        tokens,
-        given,
+        _start_tokens(batch_size, max_length, start_id, model.pad_id),
+        # Only the start token is given, and the loop never asks about it.
+        ops.zeros((batch_size, max_length + 1), "bool"),
         sampler,
         end_id=end_id,
         pad_id=model.pad_id,
         suppressed_ids=(model.pad_id, start_id),
         reorder=reorder,
     )
-    tokens = tokens[:, :, 1:]  # the start token left out
-    result = {"tokens": tokens[:, 0], "scores": scores[:, 0]}
-    if isinstance(sampler, samplers_lib.BeamSampler):
-        result.update(beam_tokens=tokens, beam_scores=scores)
-    return result
+    return decoding_result(tokens[:, :, 1:], scores, sampler)  # start left out

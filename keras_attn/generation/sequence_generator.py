@@ -7,12 +7,19 @@ import keras
 from keras_attn.generation import samplers as samplers_lib
 from keras_attn.generation.beam_search import beam_search, check_beam_search_args
 from keras_attn.generation.causal_lm import generate_lm
-from keras_attn.generation.decoding_loop import check_max_length, check_token_ids
+from keras_attn.generation.decoding_inputs import (
+    check_max_length,
+    check_source,
+    check_special_token_ids,
+    check_token_batch,
+    empty_result,
+    resolve_max_length,
+)
 from keras_attn.generation.greedy_search import greedy_search
 from keras_attn.generation.samplers import from_strategy
 from keras_attn.generation.sampling import check_sampling_args, sample
-from keras_attn.generation.seq2seq import generate_seq2seq
-from keras_attn.validation import check_choice
+from keras_attn.generation.seq2seq import decoding_result, generate_seq2seq
+from keras_attn.validation import check_bool, check_choice, check_token_id
 
 STRATEGIES = {"greedy": greedy_search, "beam": beam_search, "sample": sample}
 # The options of each strategy that configure its sampler.
@@ -69,6 +76,8 @@ def _check_sampler_options(is_lm, options):
         )
     if options.get("max_length") is not None:
         check_max_length(options["max_length"])
+    if "use_cache" in options:
+        check_bool(options["use_cache"], "use_cache")
 
 
 class SequenceGenerator(keras.Model):
@@ -142,9 +151,9 @@ class SequenceGenerator(keras.Model):
         super().__init__(name=f"{type(sampler).__name__.lower()}_generator")
         self.model = model
         if self.is_lm:
-            check_token_ids(end_id, end_id, model.vocabulary_size)
+            check_token_id(end_id, "end_id", model.vocabulary_size)
         else:
-            check_token_ids(start_id, end_id, model.vocabulary_size)
+            check_special_token_ids(start_id, end_id, model.vocabulary_size)
         self.start_id = start_id
         self.end_id = end_id
         if sampler.is_random:
@@ -184,5 +193,26 @@ class SequenceGenerator(keras.Model):
         )
 
     def generate(self, tokens):
-        """Decodes a batch of ids; returns a dict of NumPy arrays."""
+        """Decodes a batch of ids; returns a dict of NumPy arrays.
+
+        The ids are checked here, before anything is compiled: shape
+        `(batch, length)`, an integer dtype, every id in the vocabulary. An
+        empty batch gives empty arrays without running the model.
+        """
+        if self.is_lm:
+            tokens = check_token_batch(
+                tokens, "prompt_tokens", self.model.vocabulary_size
+            )
+        else:
+            tokens = check_source(self.model, tokens)
+        if tokens.shape[0] == 0:
+            return self._empty_result(tokens)
         return self.predict_on_batch(tokens)
+
+    def _empty_result(self, tokens):
+        """`generate`'s result for an empty batch, as NumPy arrays."""
+        max_length = resolve_max_length(
+            self.model, tokens, self.decode_options.get("max_length")
+        )
+        result = decoding_result(*empty_result(self.sampler, max_length), self.sampler)
+        return {key: keras.ops.convert_to_numpy(value) for key, value in result.items()}

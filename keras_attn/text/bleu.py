@@ -4,6 +4,8 @@ import dataclasses
 
 from sacrebleu.metrics import BLEU, CHRF
 
+from keras_attn.validation import check_string_pairs
+
 
 @dataclasses.dataclass(frozen=True)
 class BleuReport:
@@ -38,21 +40,6 @@ class BleuReport:
         )
 
 
-def _check_strings(name, values):
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise TypeError(
-            f"`{name}` must be a list of `str`, one per sentence. "
-            f"Received: {name}={values!r:.100}"
-        )
-    for index, value in enumerate(values):
-        if not isinstance(value, str):
-            raise TypeError(
-                f"`{name}` must contain only `str`. "
-                f"Received: {name}[{index}]={value!r:.100}"
-            )
-    return list(values)
-
-
 def corpus_bleu(hypotheses, references):
     """Scores detokenized translations against one reference each.
 
@@ -82,15 +69,9 @@ def corpus_bleu(hypotheses, references):
         - [Popović, 2015](https://aclanthology.org/W15-3049/), chrF:
           character n-gram F-score for automatic MT evaluation.
     """
-    hypotheses = _check_strings("hypotheses", hypotheses)
-    references = _check_strings("references", references)
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            "`hypotheses` and `references` must have the same length. Received: "
-            f"len(hypotheses)={len(hypotheses)}, len(references)={len(references)}"
-        )
-    if not hypotheses:
-        raise ValueError("`hypotheses` and `references` must not be empty.")
+    hypotheses, references = check_string_pairs(
+        hypotheses, references, "hypotheses", "references"
+    )
     streams = [references]  # sacreBLEU takes one list per reference set.
     cased = BLEU()
     lowercased = BLEU(lowercase=True, tokenize="13a")

@@ -18,46 +18,33 @@ JAX compiles the train step once per shape. `make_padded_dataset` is the
 tutorial baseline (one fixed length, one fixed batch size) for comparisons.
 """
 
+import functools
 import warnings
 
 import numpy as np
 import tensorflow as tf
+
+from keras_attn.validation import (
+    check_bool,
+    check_int,
+    check_positive_int,
+    check_seed,
+    check_string_pairs,
+)
 
 DEFAULT_BUCKET_LENGTHS = (8, 12, 16, 24, 32, 48, 64, 96, 128)
 _BATCH_SHUFFLE_BUFFER = 128
 _GATHER_CHUNK = 1024
 
 
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(
-            f"`{name}` must be a positive integer. Received: {name}={value!r}"
-        )
-    return int(value)
-
-
-def _check_seed(seed):
-    if seed is not None and (
-        isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
-    ):
-        raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
-    return None if seed is None else int(seed)
+def _check_min_length(value, name):
+    """A padded length: an integer >= 2 (one id plus the start/end id)."""
+    return check_int(value, name, min_value=2)
 
 
 def _encode_pairs(sources, targets, tokenizer, max_length):
     """Tokenizes all pairs at once; truncates to `max_length - 1` ids, warning once."""
-    for name, value in (("sources", sources), ("targets", targets)):
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-            raise TypeError(
-                f"`{name}` must be a list of `str`. Received: {name}={value!r:.100}"
-            )
-    if len(sources) != len(targets):
-        raise ValueError(
-            "`sources` and `targets` must have the same length. Received: "
-            f"len(sources)={len(sources)}, len(targets)={len(targets)}"
-        )
-    if len(sources) == 0:
-        raise ValueError("`sources` and `targets` must not be empty.")
+    sources, targets = check_string_pairs(sources, targets, "sources", "targets")
     if not hasattr(tokenizer, "tokenize"):
         raise TypeError(
             "`tokenizer` must be a `keras_attn.text.SubwordTokenizer`. "
@@ -183,6 +170,95 @@ def _name_inputs_and_prefetch(dataset):
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def _check_flags(shuffle, repeat, pad_remainder):
+    """The pipelines' boolean options, checked by their names."""
+    return (
+        check_bool(shuffle, "shuffle"),
+        check_bool(repeat, "repeat"),
+        check_bool(pad_remainder, "pad_remainder"),
+    )
+
+
+def _bucket_lengths(max_length, bucket_boundaries, max_tokens_per_batch):
+    """The padded lengths of the buckets, the last one holding `max_length`."""
+    if bucket_boundaries is None:
+        lengths = [n for n in DEFAULT_BUCKET_LENGTHS if n < max_length] + [max_length]
+    else:
+        if isinstance(bucket_boundaries, (str, bytes)) or not hasattr(
+            bucket_boundaries, "__iter__"
+        ):
+            raise TypeError(
+                "`bucket_boundaries` must be a list of positive integers. "
+                f"Received: bucket_boundaries={bucket_boundaries!r}"
+            )
+        lengths = [
+            check_positive_int(n, "bucket_boundaries") for n in bucket_boundaries
+        ]
+        if not lengths or any(a >= b for a, b in zip(lengths, lengths[1:])):
+            raise ValueError(
+                "`bucket_boundaries` must be a non-empty, strictly increasing "
+                f"list. Received: bucket_boundaries={bucket_boundaries!r}"
+            )
+        if lengths[-1] < max_length:
+            raise ValueError(
+                "The last of `bucket_boundaries` must be at least `max_length`. "
+                f"Received: bucket_boundaries={bucket_boundaries!r}, "
+                f"max_length={max_length}"
+            )
+        # Buckets past the first one that holds `max_length` stay empty.
+        lengths = [n for n in lengths if n < max_length] + [
+            next(n for n in lengths if n >= max_length)
+        ]
+    if max_tokens_per_batch < lengths[-1]:
+        raise ValueError(
+            "`max_tokens_per_batch` must hold at least one sequence of the "
+            f"longest bucket ({lengths[-1]} tokens). Received: "
+            f"max_tokens_per_batch={max_tokens_per_batch}"
+        )
+    return lengths
+
+
+def _bucketed_batches(
+    source_ids, target_ids, tokenizer, lengths, max_tokens_per_batch, order, epoch=None
+):
+    """One pass of token-budget batches, padded to their bucket's length.
+
+    `order` holds `shuffle`, `seed`, `repeat` and `pad_remainder`.
+    """
+    dataset = _example_dataset(
+        source_ids,
+        target_ids,
+        tokenizer,
+        order["shuffle"],
+        order["seed"],
+        order["repeat"],
+        epoch,
+    )
+    # tf.data's bucket `i` holds lengths in [boundary[i-1], boundary[i])
+    # and pads to boundary[i] - 1, so boundary = L + 1 pads to L. The
+    # extra last bucket (length > lengths[-1]) never receives a pair after
+    # truncation.
+    dataset = dataset.bucket_by_sequence_length(
+        element_length_func=lambda encoder, decoder, labels: tf.maximum(
+            tf.shape(encoder)[0], tf.shape(labels)[0]
+        ),
+        bucket_boundaries=[n + 1 for n in lengths],
+        bucket_batch_sizes=[max_tokens_per_batch // n for n in lengths] + [1],
+        padded_shapes=([None], [None], [None]),
+        padding_values=(tf.constant(tokenizer.pad_id, tf.int32),) * 3,
+        pad_to_bucket_boundary=True,
+    )
+    return _pad_and_shuffle_batches(
+        dataset,
+        tokenizer,
+        lambda length: max_tokens_per_batch // length,
+        order["pad_remainder"],
+        order["shuffle"],
+        order["seed"],
+        epoch,
+    )
+
+
 def make_translation_dataset(
     sources,
     targets,
@@ -253,43 +329,13 @@ def make_translation_dataset(
     >>> labels.shape[0] * labels.shape[1] <= 4096
     True
     """
-    max_tokens_per_batch = _check_positive_int(
-        "max_tokens_per_batch", max_tokens_per_batch
+    max_tokens_per_batch = check_positive_int(
+        max_tokens_per_batch, "max_tokens_per_batch"
     )
-    max_length = _check_positive_int("max_length", max_length)
-    if max_length < 2:
-        raise ValueError(
-            f"`max_length` must be at least 2. Received: max_length={max_length}"
-        )
-    seed = _check_seed(seed)
-    if bucket_boundaries is None:
-        lengths = [n for n in DEFAULT_BUCKET_LENGTHS if n < max_length] + [max_length]
-    else:
-        lengths = [
-            _check_positive_int("bucket_boundaries", n) for n in bucket_boundaries
-        ]
-        if not lengths or any(a >= b for a, b in zip(lengths, lengths[1:])):
-            raise ValueError(
-                "`bucket_boundaries` must be a non-empty, strictly increasing "
-                f"list. Received: bucket_boundaries={bucket_boundaries!r}"
-            )
-        if lengths[-1] < max_length:
-            raise ValueError(
-                "The last of `bucket_boundaries` must be at least `max_length`. "
-                f"Received: bucket_boundaries={bucket_boundaries!r}, "
-                f"max_length={max_length}"
-            )
-        # Buckets past the first one that holds `max_length` stay empty.
-        lengths = [n for n in lengths if n < max_length] + [
-            next(n for n in lengths if n >= max_length)
-        ]
-    if max_tokens_per_batch < lengths[-1]:
-        raise ValueError(
-            "`max_tokens_per_batch` must hold at least one sequence of the "
-            f"longest bucket ({lengths[-1]} tokens). Received: "
-            f"max_tokens_per_batch={max_tokens_per_batch}"
-        )
-
+    max_length = _check_min_length(max_length, "max_length")
+    seed = check_seed(seed)
+    shuffle, repeat, pad_remainder = _check_flags(shuffle, repeat, pad_remainder)
+    lengths = _bucket_lengths(max_length, bucket_boundaries, max_tokens_per_batch)
     if shuffle_epoch is not None and (not shuffle or seed is None or repeat):
         raise ValueError(
             "`shuffle_epoch` needs `shuffle=True`, an integer `seed` and "
@@ -297,42 +343,22 @@ def make_translation_dataset(
             f"repeat={repeat}"
         )
     source_ids, target_ids = _encode_pairs(sources, targets, tokenizer, max_length)
-
-    def batches(epoch=None):
-        dataset = _example_dataset(
-            source_ids, target_ids, tokenizer, shuffle, seed, repeat, epoch
-        )
-        # tf.data's bucket `i` holds lengths in [boundary[i-1], boundary[i])
-        # and pads to boundary[i] - 1, so boundary = L + 1 pads to L. The
-        # extra last bucket (length > lengths[-1]) never receives a pair after
-        # truncation.
-        dataset = dataset.bucket_by_sequence_length(
-            element_length_func=lambda encoder, decoder, labels: tf.maximum(
-                tf.shape(encoder)[0], tf.shape(labels)[0]
-            ),
-            bucket_boundaries=[n + 1 for n in lengths],
-            bucket_batch_sizes=[max_tokens_per_batch // n for n in lengths] + [1],
-            padded_shapes=([None], [None], [None]),
-            padding_values=(tf.constant(tokenizer.pad_id, tf.int32),) * 3,
-            pad_to_bucket_boundary=True,
-        )
-        return _pad_and_shuffle_batches(
-            dataset,
-            tokenizer,
-            lambda length: max_tokens_per_batch // length,
-            pad_remainder,
-            shuffle,
-            seed,
-            epoch,
-        )
-
+    batching = functools.partial(
+        _bucketed_batches,
+        source_ids,
+        target_ids,
+        tokenizer,
+        lengths,
+        max_tokens_per_batch,
+        dict(shuffle=shuffle, seed=seed, repeat=repeat, pad_remainder=pad_remainder),
+    )
     if shuffle_epoch is None:
-        dataset = batches()
+        dataset = batching()
     else:
-        # The one-element outer dataset re-runs `batches` on every pass,
+        # The one-element outer dataset re-runs `batching` on every pass,
         # reading the epoch variable afresh each time.
         dataset = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).flat_map(
-            lambda _: batches(shuffle_epoch.epoch.read_value())
+            lambda _: batching(shuffle_epoch.epoch.read_value())
         )
     if not repeat:
         num_batches = _bucketed_batch_count(
@@ -391,14 +417,10 @@ def make_padded_dataset(
     >>> tuple(labels.shape)
     (32, 128)
     """
-    sequence_length = _check_positive_int("sequence_length", sequence_length)
-    if sequence_length < 2:
-        raise ValueError(
-            "`sequence_length` must be at least 2. "
-            f"Received: sequence_length={sequence_length}"
-        )
-    batch_size = _check_positive_int("batch_size", batch_size)
-    seed = _check_seed(seed)
+    sequence_length = _check_min_length(sequence_length, "sequence_length")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    seed = check_seed(seed)
+    shuffle, repeat, pad_remainder = _check_flags(shuffle, repeat, pad_remainder)
     source_ids, target_ids = _encode_pairs(sources, targets, tokenizer, sequence_length)
     dataset = _example_dataset(source_ids, target_ids, tokenizer, shuffle, seed, repeat)
     dataset = dataset.padded_batch(
@@ -435,6 +457,7 @@ def padding_statistics(dataset, max_batches=None, pad_id=0):
     >>> 0.0 <= stats["padding"] <= 1.0
     True
     """
+    pad_id = check_int(pad_id, "pad_id")
     if max_batches is None:
         if dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
             raise ValueError(
@@ -442,7 +465,7 @@ def padding_statistics(dataset, max_batches=None, pad_id=0):
                 "Received: max_batches=None"
             )
     else:
-        dataset = dataset.take(_check_positive_int("max_batches", max_batches))
+        dataset = dataset.take(check_positive_int(max_batches, "max_batches"))
 
     def accumulate(totals, batch):
         inputs, labels = batch

@@ -3,7 +3,11 @@
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.text.tokenizer import SubwordTokenizer
+from keras_attn.text.task_checks import (
+    check_tokenizer_matches,
+    load_preset,
+)
+from keras_attn.validation import check_int, check_positive_int, check_string_list
 
 
 class TextClassifier:
@@ -32,12 +36,9 @@ class TextClassifier:
     def __init__(
         self, model, tokenizer, class_names=None, sequence_length=None, batch_size=32
     ):
-        if tokenizer.vocabulary_size != model.vocabulary_size:
-            raise ValueError(
-                "The tokenizer and the model disagree on the vocabulary size. "
-                f"Received: tokenizer.vocabulary_size={tokenizer.vocabulary_size}, "
-                f"model.vocabulary_size={model.vocabulary_size}"
-            )
+        check_tokenizer_matches(tokenizer, model)
+        if class_names is not None:
+            class_names = check_string_list(class_names, "class_names")
         if class_names is not None and len(class_names) != model.num_classes:
             raise ValueError(
                 f"`class_names` must name the model's {model.num_classes} classes. "
@@ -45,20 +46,14 @@ class TextClassifier:
             )
         limit = model.max_sequence_length
         sequence_length = limit if sequence_length is None else sequence_length
-        if (
-            isinstance(sequence_length, bool)
-            or not isinstance(sequence_length, int)
-            or not 2 <= sequence_length <= limit
-        ):
-            raise ValueError(
-                f"`sequence_length` must be an integer in [2, {limit}]. "
-                f"Received: sequence_length={sequence_length!r}"
-            )
+        sequence_length = check_int(
+            sequence_length, "sequence_length", min_value=2, max_value=limit
+        )
         self.model = model
         self.tokenizer = tokenizer
         self.class_names = None if class_names is None else list(class_names)
         self.sequence_length = sequence_length
-        self.batch_size = int(batch_size)
+        self.batch_size = check_positive_int(batch_size, "batch_size")
 
     @classmethod
     def from_preset(cls, preset, dtype=None, **kwargs):
@@ -78,16 +73,11 @@ class TextClassifier:
             A `TextClassifier`.
         """
         from keras_attn.models import TransformerEncoderClassifier
-        from keras_attn.models.preset_io import (
-            METADATA_FILE,
-            preset_directory,
-            read_preset_file,
-        )
+        from keras_attn.models.preset_io import METADATA_FILE, read_preset_file
 
-        directory = preset_directory(preset, TransformerEncoderClassifier.presets)
-        overrides = {} if dtype is None else {"dtype": dtype}
-        model = TransformerEncoderClassifier.from_preset(directory, **overrides)
-        tokenizer = SubwordTokenizer.from_preset(directory)
+        directory, model, tokenizer = load_preset(
+            preset, TransformerEncoderClassifier, dtype
+        )
         metadata = read_preset_file(directory, METADATA_FILE)
         kwargs.setdefault("class_names", metadata.get("class_names"))
         kwargs.setdefault("sequence_length", metadata.get("sequence_length"))
@@ -95,12 +85,7 @@ class TextClassifier:
 
     def encode(self, texts):
         """int32 `(len(texts), sequence_length)`: `[start] + pieces`, padded."""
-        if isinstance(texts, str):
-            raise TypeError(
-                "`texts` must be a list of strings, not one string. "
-                f"Received: texts={texts!r}"
-            )
-        texts = [str(text) for text in texts]
+        texts = check_string_list(texts, "texts")
         ids = np.full(
             (len(texts), self.sequence_length), self.tokenizer.pad_id, "int32"
         )

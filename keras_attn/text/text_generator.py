@@ -6,7 +6,11 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.generation import SequenceGenerator, samplers
-from keras_attn.text.tokenizer import SubwordTokenizer
+from keras_attn.text.task_checks import (
+    check_tokenizer_matches,
+    load_preset,
+)
+from keras_attn.validation import check_int, check_positive_int, check_string_list
 
 
 class TextGenerator:
@@ -48,18 +52,13 @@ class TextGenerator:
         batch_size=32,
         length_multiple=8,
     ):
-        if tokenizer.vocabulary_size != model.vocabulary_size:
-            raise ValueError(
-                "The tokenizer and the model disagree on the vocabulary size. "
-                f"Received: tokenizer.vocabulary_size={tokenizer.vocabulary_size}, "
-                f"model.vocabulary_size={model.vocabulary_size}"
-            )
+        check_tokenizer_matches(tokenizer, model)
         self.model = model
         self.tokenizer = tokenizer
         self.sampler = samplers.get(sampler)
         self.max_length = self._check_max_length(max_length)
-        self.batch_size = int(batch_size)
-        self.length_multiple = int(length_multiple)
+        self.batch_size = check_positive_int(batch_size, "batch_size")
+        self.length_multiple = check_positive_int(length_multiple, "length_multiple")
         self._generators = {}
 
     @classmethod
@@ -79,28 +78,20 @@ class TextGenerator:
             A `TextGenerator`.
         """
         from keras_attn.models import TransformerLM
-        from keras_attn.models.preset_io import preset_directory
 
-        directory = preset_directory(preset, TransformerLM.presets)
-        overrides = {} if dtype is None else {"dtype": dtype}
-        model = TransformerLM.from_preset(directory, **overrides)
-        tokenizer = SubwordTokenizer.from_preset(directory)
+        _, model, tokenizer = load_preset(preset, TransformerLM, dtype)
         return cls(model, tokenizer, **kwargs)
 
     def _check_max_length(self, max_length):
-        limit = self.model.max_sequence_length
         if max_length is None:
-            return int(limit)
-        if (
-            isinstance(max_length, bool)
-            or not isinstance(max_length, int)
-            or not (2 <= max_length <= limit)
-        ):
-            raise ValueError(
-                f"`max_length` must be an integer in [2, {limit}] (the model's "
-                f"max_sequence_length). Received: max_length={max_length!r}"
-            )
-        return max_length
+            return int(self.model.max_sequence_length)
+        # The start id and at least one generated piece.
+        return check_int(
+            max_length,
+            "max_length",
+            min_value=2,
+            max_value=self.model.max_sequence_length,
+        )
 
     def _generator(self, sampler, max_length):
         key = (sampler, max_length)
@@ -115,12 +106,7 @@ class TextGenerator:
 
     def generate_ids(self, prompts, max_length=None, sampler=None):
         """Continues `prompts`; returns `(token_ids, scores)` per prompt."""
-        if isinstance(prompts, str):
-            raise TypeError(
-                "`prompts` must be a list of strings, not one string. "
-                f"Received: prompts={prompts!r}"
-            )
-        prompts = [str(p) for p in prompts]
+        prompts = check_string_list(prompts, "prompts")
         max_length = (
             self.max_length
             if max_length is None

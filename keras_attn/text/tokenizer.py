@@ -21,7 +21,6 @@ the tokenizer's model resource is tracked when the object is attached to one).
 Special ids are fixed: padding 0, unknown 1, start 2, end 3.
 """
 
-import hashlib
 import io
 import json
 import os
@@ -32,8 +31,15 @@ import sentencepiece
 import tensorflow as tf
 import tensorflow_text as tf_text
 from sentencepiece import sentencepiece_model_pb2
-from tensorflow_text.python.ops.sentencepiece_tokenizer import (
-    gen_sentencepiece_tokenizer,
+
+from keras_attn.text.tf_text_compat import share_model_resource
+from keras_attn.validation import (
+    check_choice,
+    check_float,
+    check_int,
+    check_seed,
+    check_string_list,
+    check_token_id,
 )
 
 PAD_ID = 0
@@ -73,31 +79,35 @@ def _to_id_tensor(ids):
     return tf.cast(ids, tf.int32)
 
 
-class _SharedModelResource(tf.saved_model.experimental.TrackableResource):
-    """The SentencePiece model resource, kept in TensorFlow's resource manager.
-
-    `tf_text.SentencepieceTokenizer` creates its model resource private to the
-    kernel that made it, and the resource is deleted when TensorFlow clears
-    its eager kernel cache, which `tf.random.set_seed` and hence
-    `keras.utils.set_random_seed` do: every later call then fails with
-    "Resource ..._SentencepieceOp... does not exist". A `shared_name` (the
-    model's hash, so equal models share it) keeps the resource alive, and
-    the op finds it again after the cache is cleared. The cost: each distinct
-    model stays in memory until the process ends (about 0.4 MB for 8,000
-    pieces).
-    """
-
-    def __init__(self, model_proto):
-        super().__init__()
-        self._model_proto = model_proto
-        digest = hashlib.sha256(model_proto).hexdigest()
-        self._shared_name = f"keras_attn_sentencepiece_{digest}"
-        _ = self.resource_handle  # Creates the resource now, eagerly.
-
-    def _create_resource(self):
-        return gen_sentencepiece_tokenizer.sentencepiece_op(
-            model=self._model_proto, shared_name=self._shared_name
-        )
+def _train_model_proto(
+    sentences, vocabulary_size, model_type, character_coverage, seed
+):
+    """Runs the SentencePiece trainer; returns the serialized model."""
+    sentencepiece.set_random_generator_seed(int(seed))
+    model_writer = io.BytesIO()
+    with open(os.devnull, "w") as log:  # Training logs a page per run.
+        try:
+            sentencepiece.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences),
+                model_writer=model_writer,
+                vocab_size=int(vocabulary_size),
+                model_type=model_type,
+                character_coverage=float(character_coverage),
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=START_ID,
+                eos_id=END_ID,
+                num_threads=min(16, os.cpu_count() or 1),
+                logstream=log,
+            )
+        except RuntimeError as error:
+            # E.g. a vocabulary larger than the text supports; the
+            # message says which value would work.
+            raise ValueError(
+                f"SentencePiece training failed for vocabulary_size="
+                f"{vocabulary_size}, model_type={model_type!r}: {error}"
+            ) from error
+    return model_writer.getvalue()
 
 
 class SubwordTokenizer(tf.Module):
@@ -158,11 +168,11 @@ class SubwordTokenizer(tf.Module):
             )
         self._model_proto = bytes(model_proto)
         self._processor = processor
-        self._tokenizer = tf_text.SentencepieceTokenizer(
-            model=self._model_proto, out_type=tf.int32
+        # With a model resource that survives `keras.utils.set_random_seed`.
+        self._tokenizer = share_model_resource(
+            tf_text.SentencepieceTokenizer(model=self._model_proto, out_type=tf.int32),
+            self._model_proto,
         )
-        # Swap in a resource that survives `keras.utils.set_random_seed`.
-        self._tokenizer._model_resource = _SharedModelResource(self._model_proto)
 
     @classmethod
     def train(
@@ -193,76 +203,24 @@ class SubwordTokenizer(tf.Module):
         Returns:
             A `SubwordTokenizer`.
         """
-        if isinstance(sentences, (str, bytes)):
-            raise TypeError(
-                "`sentences` must be an iterable of `str`, not a single string. "
-                f"Received: sentences={sentences!r:.100}"
+        sentences = check_string_list(sentences, "sentences", allow_empty=False)
+        vocabulary_size = check_int(
+            vocabulary_size, "vocabulary_size", min_value=END_ID + 2
+        )
+        model_type = check_choice(model_type, "model_type", MODEL_TYPES)
+        character_coverage = check_float(
+            character_coverage,
+            "character_coverage",
+            0.0,
+            1.0,
+            include_min=False,
+        )
+        seed = check_seed(seed, allow_none=False)
+        return cls(
+            _train_model_proto(
+                sentences, vocabulary_size, model_type, character_coverage, seed
             )
-        sentences = list(sentences)
-        if not sentences:
-            raise ValueError("`sentences` must not be empty. Received: sentences=[]")
-        for index, sentence in enumerate(sentences):
-            if not isinstance(sentence, str):
-                raise TypeError(
-                    f"`sentences` must contain only `str`. Received: "
-                    f"sentences[{index}]={sentence!r:.100}"
-                )
-        if (
-            isinstance(vocabulary_size, bool)
-            or not isinstance(vocabulary_size, (int, np.integer))
-            or vocabulary_size <= END_ID + 1
-        ):
-            raise ValueError(
-                "`vocabulary_size` must be an integer greater than 4 (the four "
-                f"special ids). Received: vocabulary_size={vocabulary_size!r}"
-            )
-        if model_type not in MODEL_TYPES:
-            raise ValueError(
-                f"`model_type` must be one of {MODEL_TYPES}. "
-                f"Received: model_type={model_type!r}"
-            )
-        if (
-            isinstance(character_coverage, bool)
-            or not isinstance(character_coverage, (int, float))
-            or not 0.0 < character_coverage <= 1.0
-        ):
-            raise ValueError(
-                "`character_coverage` must be a number in (0, 1]. "
-                f"Received: character_coverage={character_coverage!r}"
-            )
-        if (
-            isinstance(seed, bool)
-            or not isinstance(seed, (int, np.integer))
-            or not 0 <= seed < 2**32
-        ):
-            raise ValueError(
-                f"`seed` must be an integer in [0, 2**32). Received: seed={seed!r}"
-            )
-        sentencepiece.set_random_generator_seed(int(seed))
-        model_writer = io.BytesIO()
-        with open(os.devnull, "w") as log:  # Training logs a page per run.
-            try:
-                sentencepiece.SentencePieceTrainer.train(
-                    sentence_iterator=iter(sentences),
-                    model_writer=model_writer,
-                    vocab_size=int(vocabulary_size),
-                    model_type=model_type,
-                    character_coverage=float(character_coverage),
-                    pad_id=PAD_ID,
-                    unk_id=UNK_ID,
-                    bos_id=START_ID,
-                    eos_id=END_ID,
-                    num_threads=min(16, os.cpu_count() or 1),
-                    logstream=log,
-                )
-            except RuntimeError as error:
-                # E.g. a vocabulary larger than the text supports; the
-                # message says which value would work.
-                raise ValueError(
-                    f"SentencePiece training failed for vocabulary_size="
-                    f"{vocabulary_size}, model_type={model_type!r}: {error}"
-                ) from error
-        return cls(model_writer.getvalue())
+        )
 
     def tokenize(self, strings):
         """Splits strings into subword ids, without start or end ids.
@@ -316,15 +274,11 @@ class SubwordTokenizer(tf.Module):
         Eager only (for plots and debugging), e.g. `"▁Hund"`.
         """
         if isinstance(ids, (int, np.integer)):
-            return self._processor.id_to_piece(int(self._check_id(ids)))
-        return [self._processor.id_to_piece(int(self._check_id(i))) for i in ids]
+            return self._processor.id_to_piece(self._check_id(ids))
+        return [self._processor.id_to_piece(self._check_id(i)) for i in ids]
 
     def _check_id(self, index):
-        if not 0 <= int(index) < self.vocabulary_size:
-            raise ValueError(
-                f"Ids must be in [0, {self.vocabulary_size}). Received: id={index!r}"
-            )
-        return index
+        return check_token_id(index, "id", self.vocabulary_size)
 
     @property
     def model_proto(self):

@@ -7,11 +7,29 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.generation import SequenceGenerator
-from keras_attn.text.tokenizer import SubwordTokenizer
+from keras_attn.text.task_checks import (
+    check_tokenizer_matches,
+    load_preset,
+)
+from keras_attn.validation import check_int, check_positive_int, check_string_list
 
 
 def _bucket_length(length, multiple):
     return max(multiple, int(math.ceil(length / multiple)) * multiple)
+
+
+def _with_preset_beam_options(directory, options, beam_size, length_penalty_alpha):
+    """`options` with the beam settings given, else the preset's, if any."""
+    from keras_attn.models.preset_io import METADATA_FILE, read_preset_file
+
+    saved = read_preset_file(directory, METADATA_FILE).get("decoding", {})
+    options = dict(options)
+    given = dict(beam_size=beam_size, length_penalty_alpha=length_penalty_alpha)
+    for name, value in given.items():
+        value = saved.get(name) if value is None else value
+        if value is not None:
+            options.setdefault(name, value)
+    return options
 
 
 class Translator:
@@ -61,17 +79,17 @@ class Translator:
         sampler=None,
         **options,
     ):
-        if tokenizer.vocabulary_size != model.vocabulary_size:
-            raise ValueError(
-                "The tokenizer and the model disagree on the vocabulary size. "
-                f"Received: tokenizer.vocabulary_size={tokenizer.vocabulary_size}, "
-                f"model.vocabulary_size={model.vocabulary_size}"
-            )
+        check_tokenizer_matches(tokenizer, model)
         self.model = model
         self.tokenizer = tokenizer
-        self.batch_size = int(batch_size)
-        self.max_source_length = int(max_source_length or model.max_sequence_length)
-        self.length_multiple = int(length_multiple)
+        self.batch_size = check_positive_int(batch_size, "batch_size")
+        if max_source_length is None:
+            max_source_length = model.max_sequence_length
+        # At least one piece and the end id.
+        self.max_source_length = check_int(
+            max_source_length, "max_source_length", min_value=2
+        )
+        self.length_multiple = check_positive_int(length_multiple, "length_multiple")
         self.generator = SequenceGenerator(
             model,
             strategy=strategy,
@@ -124,26 +142,15 @@ class Translator:
         ['Ein Hund rennt.']
         """
         from keras_attn.models import Transformer
-        from keras_attn.models.preset_io import (
-            METADATA_FILE,
-            preset_directory,
-            read_preset_file,
-        )
 
-        directory = preset_directory(preset, Transformer.presets)
-        overrides = {} if dtype is None else {"dtype": dtype}
-        model = Transformer.from_preset(directory, **overrides)
-        tokenizer = SubwordTokenizer.from_preset(directory)
+        directory, model, tokenizer = load_preset(preset, Transformer, dtype)
         if sampler is not None:
             return cls(model, tokenizer, strategy=strategy, sampler=sampler, **options)
         strategy = "beam" if strategy is None else strategy
         if strategy == "beam":
-            saved = read_preset_file(directory, METADATA_FILE).get("decoding", {})
-            given = dict(beam_size=beam_size, length_penalty_alpha=length_penalty_alpha)
-            for name, value in given.items():
-                value = saved.get(name) if value is None else value
-                if value is not None:
-                    options.setdefault(name, value)
+            options = _with_preset_beam_options(
+                directory, options, beam_size, length_penalty_alpha
+            )
         elif beam_size is not None or length_penalty_alpha is not None:
             raise ValueError(
                 "`beam_size` and `length_penalty_alpha` apply to "
@@ -177,7 +184,7 @@ class Translator:
 
     def translate_ids(self, sentences):
         """Decodes `sentences`; returns `(token_ids, scores)` per sentence."""
-        sentences = [str(s) for s in sentences]
+        sentences = check_string_list(sentences, "sentences")
         ids = self.encode_sources(sentences)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         outputs, scores = [None] * len(ids), [0.0] * len(ids)
@@ -203,11 +210,6 @@ class Translator:
 
     def translate(self, sentences):
         """Translates a list of strings; returns a list of strings."""
-        if isinstance(sentences, str):
-            raise TypeError(
-                "`sentences` must be a list of strings, not one string. "
-                f"Received: sentences={sentences!r}"
-            )
         outputs, _ = self.translate_ids(sentences)
         if not outputs:
             return []

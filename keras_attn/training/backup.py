@@ -7,6 +7,9 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_attn.training.keras_compat import set_initial_epoch
+from keras_attn.validation import check_bool
+
 _METADATA = "training_metadata.json"
 
 
@@ -71,6 +74,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 "`backup_dir` must be a non-empty directory path. "
                 f"Received: backup_dir={backup_dir!r}"
             )
+        delete_checkpoint = check_bool(delete_checkpoint, "delete_checkpoint")
         super().__init__(str(backup_dir), delete_checkpoint=delete_checkpoint)
         self._directory = Path(backup_dir)
 
@@ -131,7 +135,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         if len(saved_states) == len(states):
             for variable, value in zip(states, saved_states):
                 variable.assign(np.asarray(value, variable.dtype))
-        self.model._initial_epoch = metadata["epoch"]
+        set_initial_epoch(self.model, metadata["epoch"])
 
     def on_epoch_end(self, epoch, logs=None):
         loss = (logs or {}).get("loss")

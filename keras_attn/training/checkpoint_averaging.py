@@ -16,7 +16,15 @@ def _check_checkpoint_paths(checkpoint_paths):
             "`checkpoint_paths` must be a list of `.keras` or `.weights.h5` "
             f"file paths. Received: checkpoint_paths={checkpoint_paths!r}"
         )
-    paths = [Path(path) for path in checkpoint_paths]
+    paths = list(checkpoint_paths)
+    for path in paths:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(
+                "`checkpoint_paths` must hold file paths (`str` or "
+                f"`pathlib.Path`). Received: an element {path!r} of type "
+                f"{type(path).__name__}"
+            )
+    paths = [Path(path) for path in paths]
     if not paths:
         raise ValueError(
             "`checkpoint_paths` must name at least one checkpoint. "

@@ -1,13 +1,12 @@
 """Label-smoothed, padding-aware cross-entropy (section 5.4 of the paper)."""
 
-import math
-import numbers
-
 import keras
 
+from keras_attn.training.keras_compat import drop_keras_mask
 from keras_attn.training.softmax_cross_entropy import (
     smoothed_softmax_cross_entropy,
 )
+from keras_attn.validation import check_bool, check_int, check_rate
 
 # Reductions that divide by the number of loss entries; for these, padded
 # tokens must be taken out of the count as well as out of the sum.
@@ -106,39 +105,19 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         reduction="sum_over_batch_size",
         name="masked_sparse_categorical_crossentropy",
     ):
-        if (
-            isinstance(label_smoothing, bool)
-            or not isinstance(label_smoothing, numbers.Real)
-            or not math.isfinite(label_smoothing)
-            or not 0 <= label_smoothing < 1
-        ):
-            raise ValueError(
-                "`label_smoothing` must be a float in [0, 1). "
-                f"Received: label_smoothing={label_smoothing}"
-            )
-        if ignore_class is not None and (
-            isinstance(ignore_class, bool)
-            or not isinstance(ignore_class, numbers.Integral)
-        ):
-            raise ValueError(
-                "`ignore_class` must be an integer or None. "
-                f"Received: ignore_class={ignore_class}"
-            )
-        if not isinstance(from_logits, bool):
-            raise ValueError(
-                f"`from_logits` must be a boolean. Received: from_logits={from_logits}"
-            )
+        label_smoothing = check_rate(label_smoothing, "label_smoothing")
+        ignore_class = check_int(ignore_class, "ignore_class", allow_none=True)
+        from_logits = check_bool(from_logits, "from_logits")
         super().__init__(name=name, reduction=reduction)
-        self.label_smoothing = float(label_smoothing)
-        self.ignore_class = None if ignore_class is None else int(ignore_class)
+        self.label_smoothing = label_smoothing
+        self.ignore_class = ignore_class
         self.from_logits = from_logits
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         if self.ignore_class is not None:
             # `Loss.__call__` rescales by any Keras mask found on `y_pred`;
-            # `call` already rescaled by the label mask. A fresh tensor
-            # carries no mask (XLA removes the copy under `jit`).
-            y_pred = keras.ops.copy(y_pred)
+            # `call` already rescaled by the label mask.
+            y_pred = drop_keras_mask(y_pred)
         if sample_weight is not None:
             sample_weight = keras.ops.convert_to_tensor(sample_weight)
             if len(sample_weight.shape) == 1:

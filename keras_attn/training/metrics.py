@@ -1,8 +1,8 @@
 """Token accuracy that skips padding."""
 
-import numbers
-
 import keras
+
+from keras_attn.validation import check_int
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -46,16 +46,9 @@ class MaskedAccuracy(keras.metrics.Metric):
     """
 
     def __init__(self, ignore_class=0, name="masked_accuracy", dtype=None):
-        if ignore_class is not None and (
-            isinstance(ignore_class, bool)
-            or not isinstance(ignore_class, numbers.Integral)
-        ):
-            raise ValueError(
-                "`ignore_class` must be an integer or None. "
-                f"Received: ignore_class={ignore_class}"
-            )
+        ignore_class = check_int(ignore_class, "ignore_class", allow_none=True)
         super().__init__(name=name, dtype=dtype)
-        self.ignore_class = None if ignore_class is None else int(ignore_class)
+        self.ignore_class = ignore_class
         self.correct = self.add_variable(
             shape=(), initializer="zeros", dtype=self.dtype, name="correct"
         )

@@ -1,29 +1,8 @@
 """The learning-rate schedule of "Attention Is All You Need" (section 5.3)."""
 
-import math
-import numbers
-
 import keras
 
-
-def _check_positive_int(name, value):
-    # `bool` is an `Integral`, but `warmup_steps=True` is a bug, not a 1.
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(
-            f"`{name}` must be a positive integer. Received: {name}={value}"
-        )
-
-
-def _check_positive_float(name, value):
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(
-            f"`{name}` must be a positive, finite number. Received: {name}={value}"
-        )
+from keras_attn.validation import check_positive_float, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -76,12 +55,9 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, d_model, warmup_steps=4000, scale=1.0):
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("warmup_steps", warmup_steps)
-        _check_positive_float("scale", scale)
-        self.d_model = int(d_model)
-        self.warmup_steps = int(warmup_steps)
-        self.scale = float(scale)
+        self.d_model = check_positive_int(d_model, "d_model")
+        self.warmup_steps = check_positive_int(warmup_steps, "warmup_steps")
+        self.scale = check_positive_float(scale, "scale")
 
     def __call__(self, step):
         # Shift Keras's 0-based `iterations` to the paper's 1-based step_num.

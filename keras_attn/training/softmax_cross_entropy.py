@@ -3,6 +3,36 @@
 from keras import ops
 
 
+def _log_normalizer(logits):
+    """`logsumexp(logits)` over the vocabulary, `(batch, length, 1)`."""
+    largest = ops.max(logits, axis=-1, keepdims=True)  # (batch, length, 1)
+    # As in `logsumexp`: a row whose maximum is infinite is not shifted.
+    largest = ops.where(ops.isfinite(largest), largest, 0.0)
+    shifted_sum = ops.sum(ops.exp(logits - largest), axis=-1, keepdims=True)
+    return largest + ops.log(shifted_sum)
+
+
+def _token_losses(logits, log_normalizer, labels, eps):
+    """The smoothed cross-entropy per token, `(batch, length)`."""
+    label_logits = ops.take_along_axis(logits, labels[..., None], axis=-1)
+    losses = log_normalizer - label_logits  # (batch, length, 1)
+    if eps:
+        mean_logits = ops.mean(logits, axis=-1, keepdims=True)
+        losses = (1.0 - eps) * losses + eps * (log_normalizer - mean_logits)
+    return ops.squeeze(losses, axis=-1)  # (batch, length)
+
+
+def _logits_gradient(logits, log_normalizer, labels, eps, upstream):
+    """`(softmax(logits) - smoothed target) * upstream`, one element-wise pass."""
+    vocabulary_size = logits.shape[-1]
+    # (batch, length, vocabulary)
+    is_label = ops.arange(vocabulary_size, dtype="int32") == labels[..., None]
+    uniform = eps / vocabulary_size
+    target = ops.where(is_label, 1.0 - eps + uniform, uniform)
+    softmax = ops.exp(logits - log_normalizer)
+    return (softmax - target) * upstream[..., None]
+
+
 def smoothed_softmax_cross_entropy(logits, labels, label_smoothing=0.0, valid=None):
     """Per-token cross-entropy against `(1 - eps) * one_hot(label) + eps / K`.
 
@@ -33,36 +63,21 @@ def smoothed_softmax_cross_entropy(logits, labels, label_smoothing=0.0, valid=No
         float32 tensor `(batch, length)` of per-token losses.
     """
     eps = float(label_smoothing)
-    vocabulary_size = logits.shape[-1]
     if valid is not None:
         # An ignored id may lie outside the vocabulary: never gather it.
         labels = ops.where(valid, labels, 0)
 
     @ops.custom_gradient
     def cross_entropy(logits):
-        largest = ops.max(logits, axis=-1, keepdims=True)  # (batch, length, 1)
-        # As in `logsumexp`: a row whose maximum is infinite is not shifted.
-        largest = ops.where(ops.isfinite(largest), largest, 0.0)
-        shifted_sum = ops.sum(ops.exp(logits - largest), axis=-1, keepdims=True)
-        log_normalizer = largest + ops.log(shifted_sum)
-        label_logits = ops.take_along_axis(logits, labels[..., None], axis=-1)
-        losses = log_normalizer - label_logits  # (batch, length, 1)
-        if eps:
-            mean_logits = ops.mean(logits, axis=-1, keepdims=True)
-            losses = (1.0 - eps) * losses + eps * (log_normalizer - mean_logits)
-        losses = ops.squeeze(losses, axis=-1)  # (batch, length)
+        log_normalizer = _log_normalizer(logits)
+        losses = _token_losses(logits, log_normalizer, labels, eps)
         if valid is not None:
             losses = ops.where(valid, losses, 0.0)
 
         def grad(*args, upstream=None):
-            if upstream is None:
+            if upstream is None:  # TensorFlow passes it by position.
                 (upstream,) = args
-            # (batch, length, vocabulary), one fused element-wise pass.
-            is_label = ops.arange(vocabulary_size, dtype="int32") == labels[..., None]
-            uniform = eps / vocabulary_size
-            target = ops.where(is_label, 1.0 - eps + uniform, uniform)
-            softmax = ops.exp(logits - log_normalizer)
-            gradient = (softmax - target) * upstream[..., None]
+            gradient = _logits_gradient(logits, log_normalizer, labels, eps, upstream)
             if valid is not None:
                 gradient = ops.where(valid[..., None], gradient, 0.0)
             return gradient

@@ -369,22 +369,26 @@ def test_beam_scores_equal_a_full_pass_rescoring():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, error, match",
     [
-        ({"beam_size": 0}, "beam_size=0"),
-        ({"beam_size": 2.0}, "beam_size=2.0"),
-        ({"length_penalty_alpha": -0.1}, "length_penalty_alpha=-0.1"),
-        ({"start_id": VOCABULARY_SIZE}, f"start_id={VOCABULARY_SIZE}"),
-        ({"end_id": -1}, "end_id=-1"),
-        ({"encoder_tokens": np.ones((5,), "int32")}, r"encoder_tokens.shape=\(5,\)"),
+        ({"beam_size": 0}, ValueError, "beam_size=0"),
+        ({"beam_size": 2.0}, TypeError, "beam_size=2.0"),
+        ({"length_penalty_alpha": -0.1}, ValueError, "length_penalty_alpha=-0.1"),
+        ({"start_id": VOCABULARY_SIZE}, ValueError, f"start_id={VOCABULARY_SIZE}"),
+        ({"end_id": -1}, ValueError, "end_id=-1"),
+        (
+            {"encoder_tokens": np.ones((5,), "int32")},
+            ValueError,
+            r"encoder_tokens.shape=\(5,\)",
+        ),
     ],
 )
-def test_bad_arguments_raise(kwargs, match):
+def test_bad_arguments_raise(kwargs, error, match):
     arguments = {
         "encoder_tokens": SOURCE,
         "start_id": MODEL_START,
         "end_id": MODEL_END,
     }
     arguments.update(kwargs)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         beam_search(LookupTableModel(TABLES), **arguments)

@@ -120,19 +120,23 @@ def test_learned_positions_cap_max_length():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, error, match",
     [
-        ({"start_id": -1}, "start_id=-1"),
-        ({"start_id": VOCABULARY_SIZE}, f"start_id={VOCABULARY_SIZE}"),
-        ({"end_id": VOCABULARY_SIZE}, f"end_id={VOCABULARY_SIZE}"),
-        ({"end_id": 3.0}, "end_id=3.0"),
-        ({"max_length": 0}, "max_length=0"),
-        ({"encoder_tokens": np.ones((5,), "int32")}, r"encoder_tokens.shape=\(5,\)"),
+        ({"start_id": -1}, ValueError, "start_id=-1"),
+        ({"start_id": VOCABULARY_SIZE}, ValueError, f"start_id={VOCABULARY_SIZE}"),
+        ({"end_id": VOCABULARY_SIZE}, ValueError, f"end_id={VOCABULARY_SIZE}"),
+        ({"end_id": 3.0}, TypeError, "end_id=3.0"),
+        ({"max_length": 0}, ValueError, "max_length=0"),
+        (
+            {"encoder_tokens": np.ones((5,), "int32")},
+            ValueError,
+            r"encoder_tokens.shape=\(5,\)",
+        ),
     ],
 )
-def test_bad_arguments_raise(kwargs, match):
+def test_bad_arguments_raise(kwargs, error, match):
     model = make_model()
     arguments = {"encoder_tokens": SOURCE, "start_id": START, "end_id": END}
     arguments.update(kwargs)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         greedy_search(model, **arguments)

@@ -136,21 +136,25 @@ def test_sample_from_logits_never_picks_an_excluded_id():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, error, match",
     [
-        ({"top_k": 0}, "top_k=0"),
-        ({"top_k": 2.5}, "top_k=2.5"),
-        ({"top_p": 0.0}, "top_p=0.0"),
-        ({"top_p": 1.5}, "top_p=1.5"),
-        ({"temperature": 0.0}, "temperature=0.0"),
-        ({"temperature": -1.0}, "temperature=-1.0"),
-        ({"start_id": -1}, "start_id=-1"),
-        ({"end_id": VOCABULARY_SIZE}, f"end_id={VOCABULARY_SIZE}"),
-        ({"encoder_tokens": np.ones((5,), "int32")}, r"encoder_tokens.shape=\(5,\)"),
+        ({"top_k": 0}, ValueError, "top_k=0"),
+        ({"top_k": 2.5}, TypeError, "top_k=2.5"),
+        ({"top_p": 0.0}, ValueError, "top_p=0.0"),
+        ({"top_p": 1.5}, ValueError, "top_p=1.5"),
+        ({"temperature": 0.0}, ValueError, "temperature=0.0"),
+        ({"temperature": -1.0}, ValueError, "temperature=-1.0"),
+        ({"start_id": -1}, ValueError, "start_id=-1"),
+        ({"end_id": VOCABULARY_SIZE}, ValueError, f"end_id={VOCABULARY_SIZE}"),
+        (
+            {"encoder_tokens": np.ones((5,), "int32")},
+            ValueError,
+            r"encoder_tokens.shape=\(5,\)",
+        ),
     ],
 )
-def test_bad_arguments_raise(model, kwargs, match):
+def test_bad_arguments_raise(model, kwargs, error, match):
     arguments = {"encoder_tokens": SOURCE, "start_id": START, "end_id": END}
     arguments.update(kwargs)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         sample(model, **arguments)

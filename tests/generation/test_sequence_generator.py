@@ -116,3 +116,34 @@ def test_unknown_strategy_raises(model):
 def test_bad_options_raise_at_construction(model, strategy, options, match):
     with pytest.raises(ValueError, match=match):
         SequenceGenerator(model, strategy, **options)
+
+
+@pytest.mark.parametrize("sampler", ["greedy", "beam"])
+def test_empty_batch_gives_empty_results(model, sampler):
+    empty = np.zeros((0, 6), "int32")
+    compiled = SequenceGenerator(model, sampler=sampler, max_length=MAX_LENGTH)
+    eager_result = greedy_search(model, empty, START, END, max_length=MAX_LENGTH)
+    for result in (compiled.generate(empty), eager_result):
+        assert np.asarray(result["tokens"]).shape == (0, MAX_LENGTH)
+        assert np.asarray(result["tokens"]).dtype == np.int32
+        assert np.asarray(result["scores"]).shape == (0,)
+    if sampler == "beam":
+        assert compiled.generate(empty)["beam_tokens"].shape == (0, 4, MAX_LENGTH)
+
+
+@pytest.mark.parametrize(
+    "tokens, error, match",
+    [
+        (SOURCE + 0.0, TypeError, "encoder_tokens.*dtype=float"),
+        (SOURCE > 0, TypeError, "encoder_tokens.*dtype=bool"),
+        (SOURCE + VOCABULARY_SIZE, ValueError, "encoder_tokens.*ids from 24"),
+        ([[5, 6], [5]], ValueError, "encoder_tokens.*rows of different lengths"),
+        (np.zeros((2, 0), "int32"), ValueError, "at least one position"),
+    ],
+)
+def test_bad_ids_are_refused_before_compiling(model, tokens, error, match):
+    generator = SequenceGenerator(model, sampler="greedy", max_length=MAX_LENGTH)
+    with pytest.raises(error, match=match):
+        generator.generate(tokens)
+    with pytest.raises(error, match=match):
+        greedy_search(model, tokens, START, END, max_length=MAX_LENGTH)

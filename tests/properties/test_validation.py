@@ -116,3 +116,34 @@ def test_no_hostile_value_passes_as_a_bool(value):
 @given(value=st.integers(1, 2**40))
 def test_every_positive_int_passes(value):
     assert validation.check_positive_int(value, "n") == value
+
+
+@pytest.mark.parametrize(
+    "value, error, match",
+    [
+        ("A dog.", TypeError, "not a single string"),
+        (b"A dog.", TypeError, "not a single string"),
+        (3, TypeError, "texts=3"),
+        (["a", 3], TypeError, r"texts\[1\]=3"),
+        ([], ValueError, "must not be empty"),
+    ],
+)
+def test_check_string_list_refuses_by_name(value, error, match):
+    with pytest.raises(error, match=match):
+        validation.check_string_list(value, "texts", allow_empty=False)
+
+
+def test_check_string_list_returns_a_list():
+    assert validation.check_string_list(("a", np.str_("b")), "texts") == ["a", "b"]
+    assert validation.check_string_list([], "texts") == []
+
+
+def test_check_string_pairs_names_both_arguments():
+    pairs = validation.check_string_pairs(("a",), ["b"], "sources", "targets")
+    assert pairs == (["a"], ["b"])
+    with pytest.raises(ValueError, match=r"len\(sources\)=2, len\(targets\)=1"):
+        validation.check_string_pairs(["a", "b"], ["c"], "sources", "targets")
+    with pytest.raises(ValueError, match="`sources` and `targets` must not be empty"):
+        validation.check_string_pairs([], [], "sources", "targets")
+    with pytest.raises(TypeError, match="targets"):
+        validation.check_string_pairs(["a"], "b", "sources", "targets")

@@ -165,19 +165,19 @@ def test_training_is_reproducible_and_supports_bpe(sentences, tokenizer):
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, error, match",
     [
-        ({"vocabulary_size": 0}, "vocabulary_size=0"),
-        ({"vocabulary_size": 2.5}, "vocabulary_size=2.5"),
-        ({"vocabulary_size": True}, "vocabulary_size=True"),
-        ({"model_type": "wordpiece"}, "model_type='wordpiece'"),
-        ({"character_coverage": 0.0}, "character_coverage=0.0"),
-        ({"seed": -1}, "seed=-1"),
-        ({"vocabulary_size": 100000}, "vocabulary_size=100000"),
+        ({"vocabulary_size": 0}, ValueError, "vocabulary_size=0"),
+        ({"vocabulary_size": 2.5}, TypeError, "vocabulary_size=2.5"),
+        ({"vocabulary_size": True}, TypeError, "vocabulary_size=True"),
+        ({"model_type": "wordpiece"}, ValueError, "model_type='wordpiece'"),
+        ({"character_coverage": 0.0}, ValueError, "character_coverage=0.0"),
+        ({"seed": -1}, ValueError, "seed=-1"),
+        ({"vocabulary_size": 100000}, ValueError, "vocabulary_size=100000"),
     ],
 )
-def test_train_validates_arguments(sentences, kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_train_validates_arguments(sentences, kwargs, error, match):
+    with pytest.raises(error, match=match):
         SubwordTokenizer.train(sentences[:50], **kwargs)
 
 

@@ -248,7 +248,7 @@ def test_padding_statistics_counts_and_bucketing_saves(two_epochs, corpus, token
         ({"max_length": 1}, ValueError, "max_length=1"),
         ({"bucket_boundaries": [16, 8, 128]}, ValueError, r"\[16, 8, 128\]"),
         ({"bucket_boundaries": [8, 16]}, ValueError, "max_length=128"),
-        ({"seed": 1.5}, ValueError, "seed=1.5"),
+        ({"seed": 1.5}, TypeError, "seed=1.5"),
     ],
 )
 def test_invalid_arguments_are_named(corpus, tokenizer, kwargs, error, match):

@@ -88,5 +88,5 @@ def test_config_round_trip():
 
 
 def test_invalid_ignore_class():
-    with pytest.raises(ValueError, match="Received: ignore_class=0.5"):
+    with pytest.raises(TypeError, match="Received: ignore_class=0.5"):
         MaskedAccuracy(ignore_class=0.5)

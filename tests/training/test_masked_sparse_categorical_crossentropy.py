@@ -270,28 +270,35 @@ def test_config_round_trip():
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    "kwargs, error_type, message",
     [
         (
             {"label_smoothing": 1.0},
+            ValueError,
             "`label_smoothing` must be a float in [0, 1). Received: label_smoothing=1.0",
         ),
-        ({"label_smoothing": -0.1}, "Received: label_smoothing=-0.1"),
-        ({"label_smoothing": float("nan")}, "Received: label_smoothing=nan"),
-        ({"label_smoothing": "0.1"}, "Received: label_smoothing=0.1"),
+        ({"label_smoothing": -0.1}, ValueError, "Received: label_smoothing=-0.1"),
+        (
+            {"label_smoothing": float("nan")},
+            ValueError,
+            "Received: label_smoothing=nan",
+        ),
+        ({"label_smoothing": "0.1"}, TypeError, "Received: label_smoothing='0.1'"),
         (
             {"ignore_class": 1.5},
+            TypeError,
             "`ignore_class` must be an integer or None. Received: ignore_class=1.5",
         ),
         (
             {"from_logits": "yes"},
-            "`from_logits` must be a boolean. Received: from_logits=yes",
+            TypeError,
+            "`from_logits` must be True or False. Received: from_logits='yes'",
         ),
-        ({"reduction": "avg"}, "reduction=avg"),
+        ({"reduction": "avg"}, ValueError, "reduction=avg"),
     ],
 )
-def test_invalid_arguments(kwargs, message):
-    with pytest.raises(ValueError) as error:
+def test_invalid_arguments(kwargs, error_type, message):
+    with pytest.raises(error_type) as error:
         MaskedSparseCategoricalCrossentropy(**kwargs)
     assert message in str(error.value)
 

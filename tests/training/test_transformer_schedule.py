@@ -73,23 +73,32 @@ def test_config_round_trip():
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    "kwargs, error, message",
     [
-        ({"d_model": 0}, "`d_model` must be a positive integer. Received: d_model=0"),
-        ({"d_model": -8}, "Received: d_model=-8"),
-        ({"d_model": 8.5}, "Received: d_model=8.5"),
-        ({"d_model": True}, "Received: d_model=True"),
+        (
+            {"d_model": 0},
+            ValueError,
+            "`d_model` must be a positive integer. Received: d_model=0",
+        ),
+        ({"d_model": -8}, ValueError, "Received: d_model=-8"),
+        ({"d_model": 8.5}, TypeError, "Received: d_model=8.5"),
+        ({"d_model": True}, TypeError, "Received: d_model=True"),
         (
             {"d_model": 8, "warmup_steps": 0},
+            ValueError,
             "`warmup_steps` must be a positive integer. Received: warmup_steps=0",
         ),
-        ({"d_model": 8, "warmup_steps": 10.0}, "Received: warmup_steps=10.0"),
-        ({"d_model": 8, "scale": 0}, "`scale` must be a positive, finite number"),
-        ({"d_model": 8, "scale": -1.0}, "Received: scale=-1.0"),
-        ({"d_model": 8, "scale": float("inf")}, "Received: scale=inf"),
-        ({"d_model": 8, "scale": "1"}, "Received: scale=1"),
+        (
+            {"d_model": 8, "warmup_steps": 10.0},
+            TypeError,
+            "Received: warmup_steps=10.0",
+        ),
+        ({"d_model": 8, "scale": 0}, ValueError, "`scale` must be a finite number > 0"),
+        ({"d_model": 8, "scale": -1.0}, ValueError, "Received: scale=-1.0"),
+        ({"d_model": 8, "scale": float("inf")}, ValueError, "Received: scale=inf"),
+        ({"d_model": 8, "scale": "1"}, TypeError, "Received: scale='1'"),
     ],
 )
-def test_invalid_arguments(kwargs, message):
-    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+def test_invalid_arguments(kwargs, error, message):
+    with pytest.raises(error, match=message.replace(".", r"\.")):
         TransformerSchedule(**kwargs)

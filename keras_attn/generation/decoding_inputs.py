@@ -1,0 +1,142 @@
+"""What the decoding entry points check before the loop runs.
+
+The user's token ids (shape, integer dtype, values inside the vocabulary,
+eagerly before anything is compiled), the special ids and `max_length`;
+and the result of decoding an empty batch, which needs no model.
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_attn.validation import check_positive_int, check_token_id
+
+# Extra target positions beyond the source length (section 6.1 of the paper:
+# "maximum output length to input length + 50").
+MAX_LENGTH_OFFSET = 50
+
+
+def check_special_token_ids(start_id, end_id, vocabulary_size):
+    """Checks the start and end ids a decoder is given, by their names."""
+    check_token_id(start_id, "start_id", vocabulary_size)
+    check_token_id(end_id, "end_id", vocabulary_size)
+
+
+def check_max_length(max_length):
+    """`max_length` as an `int` if it is a positive integer."""
+    return check_positive_int(max_length, "max_length")
+
+
+def _eager_values(tokens):
+    """The NumPy values of `tokens`, or `None` while they are traced."""
+    if isinstance(tokens, np.ndarray):
+        return tokens
+    if isinstance(tokens, keras.KerasTensor):
+        return None
+    try:
+        return ops.convert_to_numpy(tokens)
+    except Exception:  # A JAX tracer or a graph-mode tf.Tensor has no values.
+        return None
+
+
+def _as_array(tokens, name):
+    """Anything but a tensor as a NumPy array; ragged rows refused by name."""
+    if isinstance(tokens, np.ndarray) or ops.is_tensor(tokens):
+        return tokens
+    if isinstance(tokens, keras.KerasTensor):
+        return tokens
+    try:
+        array = np.asarray(tokens)
+    except ValueError as error:  # Rows of different lengths.
+        raise ValueError(
+            f"`{name}` must be a rectangular batch (batch, length) of token "
+            "ids; pad the shorter rows. Received: rows of different lengths"
+        ) from error
+    # `[]` and `[[]]` are float64 to NumPy; an empty batch has no dtype.
+    return array.astype("int32") if array.size == 0 else array
+
+
+def _dtype_name(tokens):
+    try:
+        return keras.backend.standardize_dtype(tokens.dtype)
+    except ValueError:  # Strings, objects: no Keras dtype.
+        return str(tokens.dtype)
+
+
+def check_token_batch(tokens, name, vocabulary_size):
+    """Returns `tokens` as int32 after checking it is a batch of token ids.
+
+    Checked wherever decoding starts, traced or not: the shape
+    `(batch, length)` and an integer dtype (float ids are refused, never
+    truncated; booleans are not ids). Eagerly, before anything is compiled,
+    the values too: every id in `[0, vocabulary_size)`.
+
+    Args:
+        tokens: the user's ids: a tensor, a NumPy array or nested lists.
+        name: the argument's public name, for the messages.
+        vocabulary_size: the model's vocabulary size.
+
+    Raises:
+        TypeError: for a dtype that is not an integer type.
+        ValueError: for another rank, ragged lists or ids outside the
+            vocabulary.
+    """
+    tokens = _as_array(tokens, name)
+    dtype = _dtype_name(tokens)
+    if "int" not in dtype:
+        raise TypeError(
+            f"`{name}` must hold integer token ids. Received: {name} of dtype={dtype}"
+        )
+    if len(tokens.shape) != 2:
+        raise ValueError(
+            f"`{name}` must have shape (batch, length). "
+            f"Received: {name}.shape={tuple(tokens.shape)}"
+        )
+    values = _eager_values(tokens)
+    if values is not None and values.size:
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= vocabulary_size:
+            raise ValueError(
+                f"`{name}` must hold token ids in [0, vocabulary_size="
+                f"{vocabulary_size}). Received: ids from {low} to {high}"
+            )
+    return ops.convert_to_tensor(tokens, "int32")
+
+
+def empty_result(sampler, max_length):
+    """The result of decoding an empty batch: no rows, the usual columns."""
+    tokens = ops.zeros((0, sampler.num_beams, max_length), "int32")
+    scores = ops.zeros((0, sampler.num_beams), "float32")
+    return tokens, scores
+
+
+def resolve_max_length(model, encoder_tokens, max_length):
+    """`max_length` if given, else source length + 50 (the paper's rule)."""
+    if max_length is None:
+        source_length = encoder_tokens.shape[1]
+        if source_length is None:
+            # Only in a TensorFlow graph whose input shapes were relaxed
+            # (`tf.function` retracing): the bound is a tensor there.
+            max_length = ops.shape(encoder_tokens)[1] + MAX_LENGTH_OFFSET
+            if model.position == "learned":
+                max_length = ops.minimum(max_length, model.max_sequence_length)
+            return max_length
+        max_length = source_length + MAX_LENGTH_OFFSET
+    max_length = check_max_length(max_length)
+    if model.position == "learned":
+        max_length = min(max_length, model.max_sequence_length)
+    return max_length
+
+
+def check_source(model, encoder_tokens):
+    """The source ids, checked (`check_token_batch`) and at least one long."""
+    encoder_tokens = check_token_batch(
+        encoder_tokens, "encoder_tokens", model.vocabulary_size
+    )
+    if encoder_tokens.shape[1] == 0:
+        raise ValueError(
+            "`encoder_tokens` must have at least one position (a source "
+            "sentence holds at least its end id). Received: "
+            f"encoder_tokens.shape={tuple(encoder_tokens.shape)}"
+        )
+    return encoder_tokens
