@@ -10,6 +10,7 @@ Every mask in keras-attn is boolean and `True` means "may attend".
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 
@@ -32,16 +33,40 @@ def causal_mask(query_length, key_length, query_offset=0):
     return ops.expand_dims(key_positions <= query_positions, axis=0)
 
 
+def _eager_values(tensor):
+    """The NumPy values of `tensor`, or `None` while it is traced."""
+    if isinstance(tensor, keras.KerasTensor):
+        return None
+    try:
+        return ops.convert_to_numpy(tensor)
+    except Exception:  # A JAX tracer or a graph-mode tf.Tensor has no values.
+        return None
+
+
 def _as_bool(mask, argument_name):
+    """A boolean mask from a boolean or 0/1 numeric one.
+
+    Numeric masks are checked when their values can be read (eager calls):
+    `0.5` or `2` is refused rather than read as `True`. Inside a compiled
+    call (`jit`, `tf.function`) the values cannot be read, and any nonzero
+    value means "may attend", as in `keras.layers.MultiHeadAttention`.
+    """
     dtype = keras.backend.standardize_dtype(mask.dtype)
     if dtype == "bool":
         return mask
-    if "int" in dtype or "float" in dtype:
-        return ops.not_equal(mask, 0)
-    raise TypeError(
-        f"`{argument_name}` must be a boolean (or 0/1 numeric) tensor. "
-        f"Received: {argument_name}.dtype={dtype}"
-    )
+    if "int" not in dtype and "float" not in dtype:
+        raise TypeError(
+            f"`{argument_name}` must be a boolean (or 0/1 numeric) tensor. "
+            f"Received: {argument_name}.dtype={dtype}"
+        )
+    values = _eager_values(mask)
+    if values is not None and not np.all((values == 0) | (values == 1)):
+        odd = values[(values != 0) & (values != 1)].ravel()[0]
+        raise ValueError(
+            f"`{argument_name}` must be boolean, or numeric with only the "
+            f"values 0 and 1. Received: {argument_name} holding {odd}"
+        )
+    return ops.not_equal(mask, 0)
 
 
 def _check_rank(mask, expected_ranks, argument_name, expected_shape):

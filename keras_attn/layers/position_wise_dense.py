@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_attn.layers.last_axis_matmul import last_axis_matmul
+from keras_attn.layers._last_axis_matmul import last_axis_matmul
 from keras_attn.layers.lora_saving import LoraSavingMixin
 
 

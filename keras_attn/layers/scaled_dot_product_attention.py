@@ -20,6 +20,18 @@ def _row_has_any_key(mask):
     return ops.any(mask, axis=-1)[:, :, None, None]
 
 
+def _zero_unattended_values(value, mask):
+    """Zeroes the values that no query may attend (padding, typically).
+
+    A masked key gets weight 0, but `0 * nan = nan`: without this, a NaN
+    or infinity in the value at a padded position would reach every real
+    position through the weighted sum.
+    """
+    # (batch, key_length, 1, 1)
+    attended_by_some_query = ops.any(mask, axis=-2)[:, :, None, None]
+    return ops.where(attended_by_some_query, value, ops.zeros_like(value))
+
+
 def scaled_dot_product_attention(
     query,
     key,
@@ -84,6 +96,8 @@ def scaled_dot_product_attention(
         Vaswani et al., "Attention Is All You Need", 2017, section 3.2.1.
     """
     scale = 1.0 / math.sqrt(query.shape[-1])
+    if mask is not None:
+        value = _zero_unattended_values(value, mask)
     use_dropout = training and dropout_rate > 0.0
     # The fused kernels need `value_dim == key_dim` (jax.nn checks it).
     same_head_dims = query.shape[-1] == value.shape[-1]

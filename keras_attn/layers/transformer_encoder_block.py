@@ -64,16 +64,8 @@ class TransformerEncoderBlock(TransformerBlockBase):
 
     def build(self, inputs_shape):
         hidden_dim = check_sequence_shape(inputs_shape, "inputs")
-        self.self_attention = self._attention(hidden_dim, "self_attention")
-        self.self_attention.build(inputs_shape, inputs_shape)
-        self.self_attention_norm = self._norm("self_attention_norm")
-        self.self_attention_norm.build(inputs_shape)
-        self.self_attention_dropout = self._dropout("self_attention_dropout")
-        self.feed_forward = self._feed_forward()
-        self.feed_forward.build(inputs_shape)
-        self.feed_forward_norm = self._norm("feed_forward_norm")
-        self.feed_forward_norm.build(inputs_shape)
-        self.feed_forward_dropout = self._dropout("feed_forward_dropout")
+        self._build_self_attention(inputs_shape, hidden_dim)
+        self._build_feed_forward(inputs_shape)
         self.built = True
 
     def call(
@@ -95,40 +87,12 @@ class TransformerEncoderBlock(TransformerBlockBase):
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
         )
-
-        scores = []
-
-        def self_attend(x):
-            keys, values = self.self_attention.compute_key_value(x)
-            result = self.self_attention.call_with_key_value(
-                x,
-                keys,
-                values,
-                attention_mask=self_mask,
-                return_attention_scores=return_attention_scores,
-                training=training,
-            )
-            if not return_attention_scores:
-                return result
-            scores.append(result[1])
-            return result[0]
-
-        x = self._residual(
-            inputs,
-            self_attend,
-            self.self_attention_norm,
-            self.self_attention_dropout,
-            training,
+        x, scores = self._self_attention_sublayer(
+            inputs, self_mask, return_attention_scores, training
         )
-        x = self._residual(
-            x,
-            lambda h: self.feed_forward(h, training=training),
-            self.feed_forward_norm,
-            self.feed_forward_dropout,
-            training,
-        )
+        x = self._feed_forward_sublayer(x, training)
         if return_attention_scores:
-            return x, scores[0]
+            return x, scores
         return x
 
     def compute_output_shape(self, inputs_shape):
