@@ -43,7 +43,7 @@ def _eager_values(tensor):
         return None
 
 
-def _as_bool(mask, argument_name):
+def as_bool_mask(mask, argument_name):
     """A boolean mask from a boolean or 0/1 numeric one.
 
     Numeric masks are checked when their values can be read (eager calls):
@@ -123,14 +123,14 @@ def merge_attention_masks(
     scores_shape = (batch_size, query_length, key_length)
     mask = None
     if query_mask is not None:
-        query_mask = _as_bool(query_mask, "query_mask")
+        query_mask = as_bool_mask(query_mask, "query_mask")
         _check_rank(query_mask, (2,), "query_mask", "(batch, query_length)")
         _check_broadcastable(
             query_mask.shape, scores_shape[:2], "query_mask", "(batch, query_length)"
         )
         mask = query_mask[:, :, None]  # (batch, query_length, 1)
     if value_mask is not None:
-        value_mask = _as_bool(value_mask, "value_mask")
+        value_mask = as_bool_mask(value_mask, "value_mask")
         _check_rank(value_mask, (2,), "value_mask", "(batch, key_length)")
         _check_broadcastable(
             value_mask.shape,
@@ -144,7 +144,7 @@ def merge_attention_masks(
         causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1])
         mask = causal if mask is None else ops.logical_and(mask, causal)
     if attention_mask is not None:
-        attention_mask = _as_bool(attention_mask, "attention_mask")
+        attention_mask = as_bool_mask(attention_mask, "attention_mask")
         _check_rank(
             attention_mask,
             (2, 3, 4),

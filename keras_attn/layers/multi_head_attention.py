@@ -23,12 +23,16 @@ from keras_attn.layers.attention_heads import (
     window_mask,
 )
 from keras_attn.layers.attention_projection import AttentionProjection
-from keras_attn.layers.masking import causal_mask, merge_attention_masks
+from keras_attn.layers.masking import (
+    as_bool_mask,
+    causal_mask,
+    merge_attention_masks,
+)
 from keras_attn.validation import check_bool, check_dropout_rate, check_seed
 
 
-def _as_bool(mask):
-    return None if mask is None else ops.cast(mask, "bool")
+def _as_bool(mask, argument_name):
+    return None if mask is None else as_bool_mask(mask, argument_name)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -408,8 +412,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self._check_scores_allowed(return_attention_scores)
         if key_mask is not None:
             value_mask = combine_masks(
-                None if value_mask is None else ops.cast(value_mask, "bool"),
-                ops.cast(key_mask, "bool"),
+                _as_bool(value_mask, "value_mask"), _as_bool(key_mask, "key_mask")
             )
         if self._layout is not None:
             mask = self._axes_mask(query_mask, value_mask, attention_mask)
@@ -454,9 +457,13 @@ class MultiHeadAttention(keras.layers.Layer):
     def _axes_mask(query_mask, value_mask, attention_mask):
         """The masks of a call over `attention_axes`, in Keras's layout."""
         return combine_masks(
-            _as_bool(attention_mask),
-            None if query_mask is None else ops.expand_dims(_as_bool(query_mask), -1),
-            None if value_mask is None else ops.expand_dims(_as_bool(value_mask), -2),
+            _as_bool(attention_mask, "attention_mask"),
+            None
+            if query_mask is None
+            else ops.expand_dims(_as_bool(query_mask, "query_mask"), -1),
+            None
+            if value_mask is None
+            else ops.expand_dims(_as_bool(value_mask, "value_mask"), -2),
         )
 
     def _call_over_axes(

@@ -4,6 +4,7 @@ import keras
 
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.feed_forward import FeedForward
+from keras_attn.layers.masking import as_bool_mask
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.validation import (
     check_bool,
@@ -22,6 +23,18 @@ def check_sequence_shape(shape, argument_name):
             f"Received: {argument_name}.shape={tuple(shape)}"
         )
     return shape[-1]
+
+
+def bool_masks(**masks):
+    """Each mask given by its call argument's name, boolean (or `None`).
+
+    Checked here, so that a message names the argument the user passed
+    (`padding_mask`), not the attention layer's (`value_mask`).
+    """
+    return {
+        name: None if mask is None else as_bool_mask(mask, name)
+        for name, mask in masks.items()
+    }
 
 
 class TransformerBlockBase(keras.layers.Layer):

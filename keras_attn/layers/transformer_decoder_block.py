@@ -3,9 +3,15 @@
 import keras
 from keras import ops
 
-from keras_attn.layers.masking import causal_mask, merge_attention_masks
+from keras_attn.layers.attention_heads import combine_masks
+from keras_attn.layers.masking import (
+    as_bool_mask,
+    causal_mask,
+    merge_attention_masks,
+)
 from keras_attn.layers.transformer_block_base import (
     TransformerBlockBase,
+    bool_masks,
     check_sequence_shape,
 )
 
@@ -140,17 +146,21 @@ class TransformerDecoderBlock(TransformerBlockBase):
         encoder_sequence_mask=None,
     ):
         self._check_encoder_sequence(encoder_sequence)
-        if decoder_padding_mask is None:
-            decoder_padding_mask = decoder_sequence_mask
-        if encoder_padding_mask is None:
-            encoder_padding_mask = encoder_sequence_mask
+        masks = bool_masks(
+            decoder_padding_mask=(
+                decoder_sequence_mask
+                if decoder_padding_mask is None
+                else decoder_padding_mask
+            ),
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_padding_mask=(
+                encoder_sequence_mask
+                if encoder_padding_mask is None
+                else encoder_padding_mask
+            ),
+            encoder_attention_mask=encoder_attention_mask,
+        )
         if self_attention_cache is not None or cross_attention_cache is not None:
-            masks = {
-                "decoder_padding_mask": decoder_padding_mask,
-                "decoder_attention_mask": decoder_attention_mask,
-                "encoder_padding_mask": encoder_padding_mask,
-                "encoder_attention_mask": encoder_attention_mask,
-            }
             return self._call_with_stacked_cache(
                 decoder_sequence,
                 encoder_sequence,
@@ -169,8 +179,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
         self_mask = merge_attention_masks(
             decoder_sequence,
             decoder_sequence,
-            value_mask=decoder_padding_mask,
-            attention_mask=decoder_attention_mask,
+            value_mask=masks["decoder_padding_mask"],
+            attention_mask=masks["decoder_attention_mask"],
             use_causal_mask=use_causal_mask,
         )
         x, _ = self._self_attention_sublayer(
@@ -182,8 +192,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
             cross_mask = merge_attention_masks(
                 decoder_sequence,
                 encoder_sequence,
-                value_mask=encoder_padding_mask,
-                attention_mask=encoder_attention_mask,
+                value_mask=masks["encoder_padding_mask"],
+                attention_mask=masks["encoder_attention_mask"],
             )
         x, scores = self._cross_attention_sublayer(
             x, cross_cache, cross_mask, return_attention_scores, training
@@ -247,7 +257,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
             cross_mask = merge_attention_masks(
                 decoder_sequence,
                 cross_attention_cache[0],
-                value_mask=encoder_padding_mask,
+                value_mask=as_bool_mask(encoder_padding_mask, "encoder_padding_mask"),
             )
         outputs, keys, values = self._cached(
             decoder_sequence,
@@ -356,16 +366,11 @@ class TransformerDecoderBlock(TransformerBlockBase):
     @staticmethod
     def _stacked_self_mask(decoder_padding_mask, decoder_attention_mask):
         """Padding and explicit masks of keras-hub's cache call, or `None`."""
-        self_mask = None
+        padding = None
         if decoder_padding_mask is not None:
             # (batch, 1, max_length): padded cache slots.
-            self_mask = ops.cast(decoder_padding_mask, "bool")[:, None, :]
-        if decoder_attention_mask is not None:
-            extra = ops.cast(decoder_attention_mask, "bool")
-            self_mask = (
-                extra if self_mask is None else ops.logical_and(self_mask, extra)
-            )
-        return self_mask
+            padding = decoder_padding_mask[:, None, :]
+        return combine_masks(padding, decoder_attention_mask)
 
     def _stacked_cross_cache(self, encoder_sequence, cache, update_index):
         """The cross-attention `(keys, values)` read from, or written to, `cache`."""

@@ -5,6 +5,7 @@ import keras
 from keras_attn.layers.masking import merge_attention_masks
 from keras_attn.layers.transformer_block_base import (
     TransformerBlockBase,
+    bool_masks,
     check_sequence_shape,
 )
 
@@ -79,12 +80,15 @@ class TransformerEncoderBlock(TransformerBlockBase):
         mask=None,
     ):
         # `mask` is the Keras mask Keras passes in for mask-carrying inputs.
-        padding_mask = mask if padding_mask is None else padding_mask
+        masks = bool_masks(
+            padding_mask=mask if padding_mask is None else padding_mask,
+            attention_mask=attention_mask,
+        )
         self_mask = merge_attention_masks(
             inputs,
             inputs,
-            value_mask=padding_mask,
-            attention_mask=attention_mask,
+            value_mask=masks["padding_mask"],
+            attention_mask=masks["attention_mask"],
             use_causal_mask=use_causal_mask,
         )
         x, scores = self._self_attention_sublayer(
