@@ -90,17 +90,19 @@ def standardize_output_shape(output_shape, output_dim=None):
             "use `output_shape` (the name of `keras.layers.MultiHeadAttention`)",
         )
         output_shape = check_head_dim(output_dim, "output_dim")
-    if not output_shape:
+    if output_shape is None:
         return None
-    if isinstance(output_shape, numbers.Integral):
+    if isinstance(output_shape, numbers.Integral) and not isinstance(
+        output_shape, bool
+    ):
         output_shape = (output_shape,)
-    try:
-        output_shape = tuple(output_shape)
-    except TypeError:
+    if not isinstance(output_shape, (tuple, list)):
         raise ValueError(
             f"Invalid `output_shape`: {output_shape}. When specified, the "
             "`output_shape` should be of type tuple, list, or int."
-        ) from None
+        )
+    if not output_shape:  # `()`, as in Keras: the default.
+        return None
     for size in output_shape:
         check_head_dim(size, "output_shape")
     return tuple(int(size) for size in output_shape)
