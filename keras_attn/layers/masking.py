@@ -118,28 +118,8 @@ def merge_attention_masks(
         (`(batch, num_heads, query_length, key_length)` for a per-head
         `attention_mask`), or `None` when no mask applies.
     """
-    batch_size, query_length = query.shape[0], query.shape[1]
-    key_length = key.shape[1]
-    scores_shape = (batch_size, query_length, key_length)
-    mask = None
-    if query_mask is not None:
-        query_mask = as_bool_mask(query_mask, "query_mask")
-        _check_rank(query_mask, (2,), "query_mask", "(batch, query_length)")
-        _check_broadcastable(
-            query_mask.shape, scores_shape[:2], "query_mask", "(batch, query_length)"
-        )
-        mask = query_mask[:, :, None]  # (batch, query_length, 1)
-    if value_mask is not None:
-        value_mask = as_bool_mask(value_mask, "value_mask")
-        _check_rank(value_mask, (2,), "value_mask", "(batch, key_length)")
-        _check_broadcastable(
-            value_mask.shape,
-            (scores_shape[0], scores_shape[2]),
-            "value_mask",
-            "(batch, key_length)",
-        )
-        padding = value_mask[:, None, :]  # (batch, 1, key_length)
-        mask = padding if mask is None else ops.logical_and(mask, padding)
+    scores_shape = (query.shape[0], query.shape[1], key.shape[1])
+    mask = _padding_masks(query_mask, value_mask, scores_shape)
     if use_causal_mask:
         causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1])
         mask = causal if mask is None else ops.logical_and(mask, causal)
@@ -153,30 +133,7 @@ def merge_attention_masks(
             "query_length, key_length)",
         )
         if len(attention_mask.shape) == 4:
-            # Per-head masks, as `keras.layers.MultiHeadAttention` takes them.
-            _check_broadcastable(
-                attention_mask.shape,
-                (batch_size, None, query_length, key_length),
-                "attention_mask",
-                "(batch, num_heads, query_length, key_length)",
-            )
-            if mask is not None:
-                mask = mask[:, None]  # (batch, 1, query_length, key_length)
-            mask = (
-                attention_mask
-                if mask is None
-                else ops.logical_and(mask, attention_mask)
-            )
-            # (batch, num_heads or 1, query_length, key_length)
-            return ops.broadcast_to(
-                mask,
-                (
-                    ops.shape(query)[0],
-                    ops.shape(attention_mask)[1],
-                    ops.shape(query)[1],
-                    ops.shape(key)[1],
-                ),
-            )
+            return _merge_per_head_mask(mask, attention_mask, query, key)
         _check_broadcastable(
             attention_mask.shape,
             scores_shape,
@@ -189,4 +146,57 @@ def merge_attention_masks(
     # (batch, query_length, key_length)
     return ops.broadcast_to(
         mask, (ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1])
+    )
+
+
+def _padding_masks(query_mask, value_mask, scores_shape):
+    """Query and key padding as one `(batch, query_length or 1, key_length
+    or 1)` mask, or `None`."""
+    batch_size, query_length, key_length = scores_shape
+    mask = None
+    if query_mask is not None:
+        query_mask = as_bool_mask(query_mask, "query_mask")
+        _check_rank(query_mask, (2,), "query_mask", "(batch, query_length)")
+        _check_broadcastable(
+            query_mask.shape,
+            (batch_size, query_length),
+            "query_mask",
+            "(batch, query_length)",
+        )
+        mask = query_mask[:, :, None]  # (batch, query_length, 1)
+    if value_mask is not None:
+        value_mask = as_bool_mask(value_mask, "value_mask")
+        _check_rank(value_mask, (2,), "value_mask", "(batch, key_length)")
+        _check_broadcastable(
+            value_mask.shape,
+            (batch_size, key_length),
+            "value_mask",
+            "(batch, key_length)",
+        )
+        padding = value_mask[:, None, :]  # (batch, 1, key_length)
+        mask = padding if mask is None else ops.logical_and(mask, padding)
+    return mask
+
+
+def _merge_per_head_mask(mask, attention_mask, query, key):
+    """A per-head `attention_mask`, as `keras.layers.MultiHeadAttention`
+    takes them, merged with the other masks."""
+    _check_broadcastable(
+        attention_mask.shape,
+        (query.shape[0], None, query.shape[1], key.shape[1]),
+        "attention_mask",
+        "(batch, num_heads, query_length, key_length)",
+    )
+    if mask is not None:
+        mask = mask[:, None]  # (batch, 1, query_length, key_length)
+    mask = attention_mask if mask is None else ops.logical_and(mask, attention_mask)
+    # (batch, num_heads or 1, query_length, key_length)
+    return ops.broadcast_to(
+        mask,
+        (
+            ops.shape(query)[0],
+            ops.shape(attention_mask)[1],
+            ops.shape(query)[1],
+            ops.shape(key)[1],
+        ),
     )
