@@ -149,29 +149,30 @@ def merge_attention_masks(
     )
 
 
+def _padding_mask(mask, argument_name, expected_shape, description):
+    """A `(batch, length)` padding mask, checked and boolean."""
+    mask = as_bool_mask(mask, argument_name)
+    _check_rank(mask, (2,), argument_name, description)
+    _check_broadcastable(mask.shape, expected_shape, argument_name, description)
+    return mask
+
+
 def _padding_masks(query_mask, value_mask, scores_shape):
     """Query and key padding as one `(batch, query_length or 1, key_length
     or 1)` mask, or `None`."""
     batch_size, query_length, key_length = scores_shape
     mask = None
     if query_mask is not None:
-        query_mask = as_bool_mask(query_mask, "query_mask")
-        _check_rank(query_mask, (2,), "query_mask", "(batch, query_length)")
-        _check_broadcastable(
-            query_mask.shape,
-            (batch_size, query_length),
+        query_mask = _padding_mask(
+            query_mask,
             "query_mask",
+            (batch_size, query_length),
             "(batch, query_length)",
         )
         mask = query_mask[:, :, None]  # (batch, query_length, 1)
     if value_mask is not None:
-        value_mask = as_bool_mask(value_mask, "value_mask")
-        _check_rank(value_mask, (2,), "value_mask", "(batch, key_length)")
-        _check_broadcastable(
-            value_mask.shape,
-            (batch_size, key_length),
-            "value_mask",
-            "(batch, key_length)",
+        value_mask = _padding_mask(
+            value_mask, "value_mask", (batch_size, key_length), "(batch, key_length)"
         )
         padding = value_mask[:, None, :]  # (batch, 1, key_length)
         mask = padding if mask is None else ops.logical_and(mask, padding)

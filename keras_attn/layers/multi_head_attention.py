@@ -181,36 +181,6 @@ class MultiHeadAttention(keras.layers.Layer):
         self.flash_attention = resolve_flash_attention(
             flash_attention, use_fused_attention, self.dropout
         )
-        self._store_projection_arguments(
-            kernel_initializer,
-            bias_initializer,
-            kernel_regularizer,
-            bias_regularizer,
-            activity_regularizer,
-            kernel_constraint,
-            bias_constraint,
-        )
-        self.use_gate = check_bool(use_gate, "use_gate")
-        self.seed = check_seed(seed, "seed")
-        self.supports_masking = True
-        # Keras's layer has no seed generator without dropout: no state to
-        # carry (or to trace through `jit`) that nothing reads.
-        self.seed_generator = (
-            keras.random.SeedGenerator(seed) if self.dropout > 0.0 else None
-        )
-        self._layout = None
-
-    def _store_projection_arguments(
-        self,
-        kernel_initializer,
-        bias_initializer,
-        kernel_regularizer,
-        bias_regularizer,
-        activity_regularizer,
-        kernel_constraint,
-        bias_constraint,
-    ):
-        """The initializers, regularizers and constraints of the projections."""
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -220,6 +190,15 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
         self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.use_gate = check_bool(use_gate, "use_gate")
+        self.seed = check_seed(seed, "seed")
+        self.supports_masking = True
+        # Keras's layer has no seed generator without dropout: no state to
+        # carry (or to trace through `jit`) that nothing reads.
+        self.seed_generator = (
+            keras.random.SeedGenerator(seed) if self.dropout > 0.0 else None
+        )
+        self._layout = None
 
     @property
     def output_dim(self):
@@ -515,17 +494,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return (*tuple(query_shape)[:-1], *(self._output_shape or (query_shape[-1],)))
 
     def compute_output_spec(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
+        self, query, value, key=None, return_attention_scores=False, **kwargs
     ):
         key_shape = None if key is None else key.shape
         output = keras.KerasTensor(

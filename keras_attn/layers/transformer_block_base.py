@@ -4,7 +4,7 @@ import keras
 
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.feed_forward import FeedForward
-from keras_attn.layers.masking import as_bool_mask
+from keras_attn.layers.masking import as_bool_mask, merge_attention_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.validation import (
     check_bool,
@@ -155,8 +155,19 @@ class TransformerBlockBase(keras.layers.Layer):
         )
         return result if return_scores else (result, None)
 
-    def _self_attention_sublayer(self, x, mask, return_scores, training):
-        """Self-attention with Add & Norm; returns `(x, scores or None)`."""
+    def _self_attention_sublayer(self, x, masks, return_scores, training):
+        """Self-attention with Add & Norm; returns `(x, scores or None)`.
+
+        `masks` is `(padding_mask, attention_mask, use_causal_mask)`.
+        """
+        padding_mask, attention_mask, use_causal_mask = masks
+        mask = merge_attention_masks(
+            x,
+            x,
+            value_mask=padding_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+        )
         h = self._sublayer_input(x, self.self_attention_norm)
         keys, values = self.self_attention.compute_key_value(h)
         attended, scores = self._attend(

@@ -178,15 +178,13 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 "`self_attention_cache`. Received: self_attention_cache=None, "
                 f"self_attention_cache_update_index={self_attention_cache_update_index}"
             )
-        self_mask = merge_attention_masks(
-            decoder_sequence,
-            decoder_sequence,
-            value_mask=masks["decoder_padding_mask"],
-            attention_mask=masks["decoder_attention_mask"],
-            use_causal_mask=use_causal_mask,
+        self_masks = (
+            masks["decoder_padding_mask"],
+            masks["decoder_attention_mask"],
+            use_causal_mask,
         )
         x, _ = self._self_attention_sublayer(
-            decoder_sequence, self_mask, False, training
+            decoder_sequence, self_masks, False, training
         )
         cross_cache, cross_mask = None, None
         if self.has_cross_attention:

@@ -2,7 +2,6 @@
 
 import keras
 
-from keras_attn.layers.masking import merge_attention_masks
 from keras_attn.layers.transformer_block_base import (
     TransformerBlockBase,
     bool_masks,
@@ -85,15 +84,9 @@ class TransformerEncoderBlock(TransformerBlockBase):
             padding_mask=mask if padding_mask is None else padding_mask,
             attention_mask=attention_mask,
         )
-        self_mask = merge_attention_masks(
-            inputs,
-            inputs,
-            value_mask=masks["padding_mask"],
-            attention_mask=masks["attention_mask"],
-            use_causal_mask=use_causal_mask,
-        )
+        self_masks = (masks["padding_mask"], masks["attention_mask"], use_causal_mask)
         x, scores = self._self_attention_sublayer(
-            inputs, self_mask, return_attention_scores, training
+            inputs, self_masks, return_attention_scores, training
         )
         x = self._feed_forward_sublayer(x, training)
         if return_attention_scores:
