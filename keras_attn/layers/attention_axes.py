@@ -101,9 +101,11 @@ class AxesLayout:
         heads_axes = (self.rank - 1, self.rank)
         order = (*self.batch_axes, *self.attention_axes, *heads_axes)
         moved = ops.transpose(projected, order)
+        batch = _product([shape[axis] for axis in self.batch_axes])
         length = _product([shape[axis] for axis in self.attention_axes])
-        # (batch * <other axes>, <attended axes flattened>, heads, dim)
-        return ops.reshape(moved, (-1, length, shape[-2], shape[-1]))
+        # (batch * <other axes>, <attended axes flattened>, heads, dim); sizes
+        # spelt out, not `-1`, which cannot be inferred when a size is 0.
+        return ops.reshape(moved, (batch, length, shape[-2], shape[-1]))
 
     def from_sequence(self, attended, query_projected):
         """Inverse of `to_sequence`, shaped like `query_projected` but for dim."""
@@ -168,7 +170,8 @@ class AxesLayout:
             *[key_shape[axis] for axis in self.attention_axes],
         )
         mask = ops.broadcast_to(mask, target)
+        batch = _product([query_shape[a] for a in self.batch_axes])
         query_length = _product([query_shape[a] for a in self.attention_axes])
         key_length = _product([key_shape[a] for a in self.attention_axes])
         # (batch * <other axes>, length_q, length_k)
-        return ops.reshape(mask, (-1, query_length, key_length))
+        return ops.reshape(mask, (batch, query_length, key_length))

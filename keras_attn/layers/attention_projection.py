@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attn.layers.last_axis_matmul import last_axis_matmul
+from keras_attn.layers._last_axis_matmul import last_axis_matmul
 from keras_attn.layers.lora_saving import LoraSavingMixin
 
 # (batch, length, dim) x (dim, heads, head_dim) -> (batch, length, heads, head_dim)
@@ -71,10 +71,11 @@ class AttentionProjection(LoraSavingMixin, keras.layers.EinsumDense):
             # (batch, length, heads, head_dim)
             outputs = ops.reshape(outputs, (*ops.shape(inputs)[:-1], *kernel.shape[1:]))
         else:
-            # (batch, length, heads * head_dim)
-            merged = ops.reshape(inputs, (*ops.shape(inputs)[:-2], -1))
             # (heads * head_dim, dim)
             matrix = ops.reshape(kernel, (-1, kernel.shape[-1]))
+            # (batch, length, heads * head_dim); not `-1`, which cannot be
+            # inferred for an empty batch or sequence.
+            merged = ops.reshape(inputs, (*ops.shape(inputs)[:-2], matrix.shape[0]))
             outputs = last_axis_matmul(merged, matrix, bias)  # (batch, length, dim)
         if self.activation is not None:
             outputs = self.activation(outputs)

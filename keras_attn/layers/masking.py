@@ -10,6 +10,7 @@ Every mask in keras-attn is boolean and `True` means "may attend".
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 
@@ -32,16 +33,40 @@ def causal_mask(query_length, key_length, query_offset=0):
     return ops.expand_dims(key_positions <= query_positions, axis=0)
 
 
-def _as_bool(mask, argument_name):
+def _eager_values(tensor):
+    """The NumPy values of `tensor`, or `None` while it is traced."""
+    if isinstance(tensor, keras.KerasTensor):
+        return None
+    try:
+        return ops.convert_to_numpy(tensor)
+    except Exception:  # A JAX tracer or a graph-mode tf.Tensor has no values.
+        return None
+
+
+def as_bool_mask(mask, argument_name):
+    """A boolean mask from a boolean or 0/1 numeric one.
+
+    Numeric masks are checked when their values can be read (eager calls):
+    `0.5` or `2` is refused rather than read as `True`. Inside a compiled
+    call (`jit`, `tf.function`) the values cannot be read, and any nonzero
+    value means "may attend", as in `keras.layers.MultiHeadAttention`.
+    """
     dtype = keras.backend.standardize_dtype(mask.dtype)
     if dtype == "bool":
         return mask
-    if "int" in dtype or "float" in dtype:
-        return ops.not_equal(mask, 0)
-    raise TypeError(
-        f"`{argument_name}` must be a boolean (or 0/1 numeric) tensor. "
-        f"Received: {argument_name}.dtype={dtype}"
-    )
+    if "int" not in dtype and "float" not in dtype:
+        raise TypeError(
+            f"`{argument_name}` must be a boolean (or 0/1 numeric) tensor. "
+            f"Received: {argument_name}.dtype={dtype}"
+        )
+    values = _eager_values(mask)
+    if values is not None and not np.all((values == 0) | (values == 1)):
+        odd = values[(values != 0) & (values != 1)].ravel()[0]
+        raise ValueError(
+            f"`{argument_name}` must be boolean, or numeric with only the "
+            f"values 0 and 1. Received: {argument_name} holding {odd}"
+        )
+    return ops.not_equal(mask, 0)
 
 
 def _check_rank(mask, expected_ranks, argument_name, expected_shape):
@@ -93,33 +118,13 @@ def merge_attention_masks(
         (`(batch, num_heads, query_length, key_length)` for a per-head
         `attention_mask`), or `None` when no mask applies.
     """
-    batch_size, query_length = query.shape[0], query.shape[1]
-    key_length = key.shape[1]
-    scores_shape = (batch_size, query_length, key_length)
-    mask = None
-    if query_mask is not None:
-        query_mask = _as_bool(query_mask, "query_mask")
-        _check_rank(query_mask, (2,), "query_mask", "(batch, query_length)")
-        _check_broadcastable(
-            query_mask.shape, scores_shape[:2], "query_mask", "(batch, query_length)"
-        )
-        mask = query_mask[:, :, None]  # (batch, query_length, 1)
-    if value_mask is not None:
-        value_mask = _as_bool(value_mask, "value_mask")
-        _check_rank(value_mask, (2,), "value_mask", "(batch, key_length)")
-        _check_broadcastable(
-            value_mask.shape,
-            (scores_shape[0], scores_shape[2]),
-            "value_mask",
-            "(batch, key_length)",
-        )
-        padding = value_mask[:, None, :]  # (batch, 1, key_length)
-        mask = padding if mask is None else ops.logical_and(mask, padding)
+    scores_shape = (query.shape[0], query.shape[1], key.shape[1])
+    mask = _padding_masks(query_mask, value_mask, scores_shape)
     if use_causal_mask:
         causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1])
         mask = causal if mask is None else ops.logical_and(mask, causal)
     if attention_mask is not None:
-        attention_mask = _as_bool(attention_mask, "attention_mask")
+        attention_mask = as_bool_mask(attention_mask, "attention_mask")
         _check_rank(
             attention_mask,
             (2, 3, 4),
@@ -128,30 +133,7 @@ def merge_attention_masks(
             "query_length, key_length)",
         )
         if len(attention_mask.shape) == 4:
-            # Per-head masks, as `keras.layers.MultiHeadAttention` takes them.
-            _check_broadcastable(
-                attention_mask.shape,
-                (batch_size, None, query_length, key_length),
-                "attention_mask",
-                "(batch, num_heads, query_length, key_length)",
-            )
-            if mask is not None:
-                mask = mask[:, None]  # (batch, 1, query_length, key_length)
-            mask = (
-                attention_mask
-                if mask is None
-                else ops.logical_and(mask, attention_mask)
-            )
-            # (batch, num_heads or 1, query_length, key_length)
-            return ops.broadcast_to(
-                mask,
-                (
-                    ops.shape(query)[0],
-                    ops.shape(attention_mask)[1],
-                    ops.shape(query)[1],
-                    ops.shape(key)[1],
-                ),
-            )
+            return _merge_per_head_mask(mask, attention_mask, query, key)
         _check_broadcastable(
             attention_mask.shape,
             scores_shape,
@@ -164,4 +146,58 @@ def merge_attention_masks(
     # (batch, query_length, key_length)
     return ops.broadcast_to(
         mask, (ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1])
+    )
+
+
+def _padding_mask(mask, argument_name, expected_shape, description):
+    """A `(batch, length)` padding mask, checked and boolean."""
+    mask = as_bool_mask(mask, argument_name)
+    _check_rank(mask, (2,), argument_name, description)
+    _check_broadcastable(mask.shape, expected_shape, argument_name, description)
+    return mask
+
+
+def _padding_masks(query_mask, value_mask, scores_shape):
+    """Query and key padding as one `(batch, query_length or 1, key_length
+    or 1)` mask, or `None`."""
+    batch_size, query_length, key_length = scores_shape
+    mask = None
+    if query_mask is not None:
+        query_mask = _padding_mask(
+            query_mask,
+            "query_mask",
+            (batch_size, query_length),
+            "(batch, query_length)",
+        )
+        mask = query_mask[:, :, None]  # (batch, query_length, 1)
+    if value_mask is not None:
+        value_mask = _padding_mask(
+            value_mask, "value_mask", (batch_size, key_length), "(batch, key_length)"
+        )
+        padding = value_mask[:, None, :]  # (batch, 1, key_length)
+        mask = padding if mask is None else ops.logical_and(mask, padding)
+    return mask
+
+
+def _merge_per_head_mask(mask, attention_mask, query, key):
+    """A per-head `attention_mask`, as `keras.layers.MultiHeadAttention`
+    takes them, merged with the other masks."""
+    _check_broadcastable(
+        attention_mask.shape,
+        (query.shape[0], None, query.shape[1], key.shape[1]),
+        "attention_mask",
+        "(batch, num_heads, query_length, key_length)",
+    )
+    if mask is not None:
+        mask = mask[:, None]  # (batch, 1, query_length, key_length)
+    mask = attention_mask if mask is None else ops.logical_and(mask, attention_mask)
+    # (batch, num_heads or 1, query_length, key_length)
+    return ops.broadcast_to(
+        mask,
+        (
+            ops.shape(query)[0],
+            ops.shape(attention_mask)[1],
+            ops.shape(query)[1],
+            ops.shape(key)[1],
+        ),
     )

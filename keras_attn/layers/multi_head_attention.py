@@ -1,55 +1,38 @@
 """Multi-head attention, section 3.2.2 of the paper."""
 
-import numbers
-import warnings
-
 import keras
 from keras import ops
 
+from keras_attn.layers.attention_arguments import (
+    check_head_dim,
+    check_input_shapes,
+    check_key_value_shapes,
+    check_sliding_window,
+    resolve_flash_attention,
+    standardize_attention_axes,
+    standardize_output_shape,
+)
 from keras_attn.layers.attention_axes import (
     AxesLayout,
     normalize_attention_axes,
     projection_equation,
 )
-from keras_attn.layers.attention_projection import AttentionProjection
-from keras_attn.layers.masking import causal_mask, merge_attention_masks
-from keras_attn.layers.scaled_dot_product_attention import (
-    scaled_dot_product_attention,
+from keras_attn.layers.attention_heads import (
+    attend_heads,
+    combine_masks,
+    window_mask,
 )
-from keras_attn.validation import check_dropout_rate
+from keras_attn.layers.attention_projection import AttentionProjection
+from keras_attn.layers.masking import (
+    as_bool_mask,
+    causal_mask,
+    merge_attention_masks,
+)
+from keras_attn.validation import check_bool, check_dropout_rate, check_seed
 
 
-def _check_dim(value, name, allow_none=False):
-    """Positive int check with `keras.layers.MultiHeadAttention`'s message."""
-    if allow_none and value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        expected = (
-            "a positive integer or `None`" if allow_none else "a positive integer"
-        )
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected "
-            f"{expected}. Received: {name}={value}"
-        )
-    return int(value)
-
-
-def _known_dims_differ(first, second):
-    """Whether two shapes differ in rank or in a dimension known in both."""
-    if len(first) != len(second):
-        return True
-    return any(
-        a is not None and b is not None and a != b for a, b in zip(first, second)
-    )
-
-
-def _check_key_value_shapes(value_shape, key_shape):
-    if _known_dims_differ(tuple(value_shape)[1:-1], tuple(key_shape)[1:-1]):
-        raise ValueError(
-            "All dimensions of `value` and `key`, except the last one, must be "
-            f"equal. Received: value_shape={tuple(value_shape)} and "
-            f"key_shape={tuple(key_shape)}"
-        )
+def _as_bool(mask, argument_name):
+    return None if mask is None else as_bool_mask(mask, argument_name)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -185,77 +168,19 @@ class MultiHeadAttention(keras.layers.Layer):
         use_fused_attention=None,
         **kwargs,
     ):
-        self.num_heads = _check_dim(num_heads, "num_heads")
-        self.key_dim = _check_dim(key_dim, "key_dim")
-        value_dim = _check_dim(value_dim, "value_dim", allow_none=True)
+        self.num_heads = check_head_dim(num_heads, "num_heads")
+        self.key_dim = check_head_dim(key_dim, "key_dim")
+        value_dim = check_head_dim(value_dim, "value_dim", allow_none=True)
         super().__init__(**kwargs)
         self.value_dim = value_dim or self.key_dim
         self.dropout = check_dropout_rate(dropout, "dropout")
-        self.use_bias = bool(use_bias)
-        if output_dim is not None:
-            warnings.warn(
-                "`output_dim` is deprecated and will be removed in the next "
-                "release: use `output_shape` (the name of "
-                f"`keras.layers.MultiHeadAttention`). Received: output_dim={output_dim}",
-                FutureWarning,
-                stacklevel=2,
-            )
-            if output_shape is not None:
-                raise ValueError(
-                    "Pass `output_shape` or its deprecated alias `output_dim`, "
-                    f"not both. Received: output_shape={output_shape}, "
-                    f"output_dim={output_dim}"
-                )
-            output_shape = _check_dim(output_dim, "output_dim")
-        self._output_shape = self._standardize_output_shape(output_shape)
-        if isinstance(attention_axes, numbers.Integral):
-            attention_axes = (int(attention_axes),)
-        elif attention_axes is not None:
-            if not isinstance(attention_axes, (list, tuple)):
-                raise ValueError(
-                    "`attention_axes` must be an int, list, or tuple. "
-                    f"Received: attention_axes={attention_axes}"
-                )
-            attention_axes = tuple(attention_axes)
-        self.attention_axes = attention_axes
-        if sliding_window is not None and (
-            isinstance(sliding_window, bool)
-            or not isinstance(sliding_window, numbers.Integral)
-            or sliding_window <= 0
-        ):
-            raise ValueError(
-                "`sliding_window` must be `None` or a positive integer. "
-                f"Received: sliding_window={sliding_window}"
-            )
-        self.sliding_window = sliding_window
-        if use_fused_attention is not None:
-            warnings.warn(
-                "`use_fused_attention` is deprecated and will be removed in the "
-                "next release: use `flash_attention` (`False` for "
-                "`use_fused_attention=False`, `None` for `True`). Received: "
-                f"use_fused_attention={use_fused_attention}",
-                FutureWarning,
-                stacklevel=2,
-            )
-            if flash_attention is not None:
-                raise ValueError(
-                    "Pass `flash_attention` or its deprecated alias "
-                    "`use_fused_attention`, not both. Received: "
-                    f"flash_attention={flash_attention}, "
-                    f"use_fused_attention={use_fused_attention}"
-                )
-            flash_attention = None if use_fused_attention else False
-        if flash_attention not in (None, True, False):
-            raise ValueError(
-                "`flash_attention` must be `None`, `True` or `False`. "
-                f"Received: flash_attention={flash_attention}"
-            )
-        if flash_attention and self.dropout > 0.0:
-            raise ValueError(
-                "Dropout is not supported when flash attention is enabled. "
-                "Please set dropout to 0.0 to use flash attention."
-            )
-        self.flash_attention = flash_attention
+        self.use_bias = check_bool(use_bias, "use_bias")
+        self._output_shape = standardize_output_shape(output_shape, output_dim)
+        self.attention_axes = standardize_attention_axes(attention_axes)
+        self.sliding_window = check_sliding_window(sliding_window)
+        self.flash_attention = resolve_flash_attention(
+            flash_attention, use_fused_attention, self.dropout
+        )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -265,8 +190,8 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
         self.bias_constraint = keras.constraints.get(bias_constraint)
-        self.use_gate = bool(use_gate)
-        self.seed = seed
+        self.use_gate = check_bool(use_gate, "use_gate")
+        self.seed = check_seed(seed, "seed")
         self.supports_masking = True
         # Keras's layer has no seed generator without dropout: no state to
         # carry (or to trace through `jit`) that nothing reads.
@@ -274,23 +199,6 @@ class MultiHeadAttention(keras.layers.Layer):
             keras.random.SeedGenerator(seed) if self.dropout > 0.0 else None
         )
         self._layout = None
-
-    @staticmethod
-    def _standardize_output_shape(output_shape):
-        if not output_shape:
-            return None
-        if isinstance(output_shape, numbers.Integral):
-            output_shape = (output_shape,)
-        try:
-            output_shape = tuple(output_shape)
-        except TypeError:
-            raise ValueError(
-                f"Invalid `output_shape`: {output_shape}. When specified, the "
-                "`output_shape` should be of type tuple, list, or int."
-            ) from None
-        for size in output_shape:
-            _check_dim(size, "output_shape")
-        return tuple(int(size) for size in output_shape)
 
     @property
     def output_dim(self):
@@ -326,25 +234,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
-        _check_key_value_shapes(value_shape, key_shape)
+        check_input_shapes(query_shape, value_shape, key_shape)
         rank = len(query_shape)
-        for argument, shape in (
-            ("query", query_shape),
-            ("value", value_shape),
-            ("key", key_shape),
-        ):
-            if len(shape) < 3 or shape[-1] is None:
-                raise ValueError(
-                    f"`{argument}` must have shape (batch, length, features) "
-                    f"(or more axes, with `attention_axes`) with a known feature "
-                    f"size. Received: {argument}.shape={tuple(shape)}"
-                )
-            if len(shape) != rank:
-                raise ValueError(
-                    f"`{argument}` must have the rank of `query`. Received: "
-                    f"query.shape={tuple(query_shape)}, "
-                    f"{argument}.shape={tuple(shape)}"
-                )
         axes = normalize_attention_axes(self.attention_axes, rank)
         # Sequence attention keeps the projections' 2-D fast path and needs
         # no layout change; every other case goes through `AxesLayout`.
@@ -394,7 +285,7 @@ class MultiHeadAttention(keras.layers.Layer):
             key_dim)` and `(batch, key_length, num_heads, value_dim)`.
         """
         key = value if key is None else key
-        _check_key_value_shapes(value.shape, key.shape)
+        check_key_value_shapes(value.shape, key.shape)
         return self.key_dense(key), self.value_dense(value)
 
     def call_with_key_value(
@@ -427,12 +318,7 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             As `call`.
         """
-        if self.flash_attention and return_attention_scores:
-            raise ValueError(
-                "Returning attention scores is not supported when flash "
-                "attention is enabled. Please disable flash attention to access"
-                " attention scores."
-            )
+        self._check_scores_allowed(return_attention_scores)
         if self._layout is not None:
             raise ValueError(
                 "`call_with_key_value` attends along one sequence axis; layer "
@@ -446,50 +332,28 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         return self._output(query, attended, scores, return_attention_scores)
 
+    def _check_scores_allowed(self, return_attention_scores):
+        if self.flash_attention and return_attention_scores:
+            raise ValueError(
+                "Returning attention scores is not supported when flash "
+                "attention is enabled. Please disable flash attention to access"
+                " attention scores."
+            )
+
     def _attend(self, queries, keys, values, mask, return_attention_scores, training):
         """The kernel on `(batch, length, heads, dim)` tensors; per-head masks."""
-        per_head = mask is not None and len(mask.shape) == 4
-        if per_head and mask.shape[1] == 1:
-            mask, per_head = mask[:, 0], False  # (batch, query_length, key_length)
-        if per_head:
-            # Each head has its own mask: heads join the batch, one head each.
-            shape = ops.shape(queries)
-
-            def fold(x):
-                # (batch, length, heads, dim) -> (batch * heads, length, 1, dim)
-                x = ops.transpose(x, (0, 2, 1, 3))
-                return ops.reshape(x, (-1, ops.shape(x)[2], 1, ops.shape(x)[3]))
-
-            mask = ops.broadcast_to(
-                mask, (shape[0], self.num_heads, shape[1], ops.shape(keys)[1])
-            )
-            # (batch * heads, query_length, key_length)
-            mask = ops.reshape(mask, (-1, shape[1], ops.shape(keys)[1]))
-            queries, keys, values = fold(queries), fold(keys), fold(values)
-        result = scaled_dot_product_attention(
+        return attend_heads(
             queries,
             keys,
             values,
-            mask=mask,
+            mask,
+            self.num_heads,
             dropout_rate=self.dropout,
             training=bool(training),
             seed_generator=self.seed_generator,
             return_attention_scores=return_attention_scores,
             use_fused_attention=self.flash_attention is not False,
         )
-        attended, scores = result if return_attention_scores else (result, None)
-        if per_head:
-            # (batch * heads, query_length, 1, value_dim) -> (batch, query_length, heads, value_dim)
-            attended = ops.reshape(
-                attended, (shape[0], self.num_heads, shape[1], self.value_dim)
-            )
-            attended = ops.transpose(attended, (0, 2, 1, 3))
-            if scores is not None:
-                # (batch, heads, query_length, key_length)
-                scores = ops.reshape(
-                    scores, (shape[0], self.num_heads, shape[1], ops.shape(scores)[-1])
-                )
-        return attended, scores
 
     def _output(self, query, attended, scores, return_attention_scores):
         if self.use_gate:
@@ -501,11 +365,13 @@ class MultiHeadAttention(keras.layers.Layer):
             return output, scores
         return output
 
-    def _window_mask(self, query_length, key_length):
-        """`(1, query_length, key_length)`: `True` where `|i - j| < window`."""
-        queries = ops.arange(query_length)[:, None]
-        keys = ops.arange(key_length)[None, :]
-        return ops.expand_dims(ops.abs(queries - keys) < self.sliding_window, 0)
+    def _positional_mask(self, query_length, key_length, use_causal_mask):
+        """Causal and sliding-window masks `(1, query_length, key_length)`."""
+        causal = causal_mask(query_length, key_length) if use_causal_mask else None
+        window = None
+        if self.sliding_window is not None:
+            window = window_mask(query_length, key_length, self.sliding_window)
+        return combine_masks(causal, window)
 
     def call(
         self,
@@ -521,28 +387,19 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask=False,
     ):
         key = value if key is None else key
-        _check_key_value_shapes(value.shape, key.shape)
-        if self.flash_attention and return_attention_scores:
-            raise ValueError(
-                "Returning attention scores is not supported when flash "
-                "attention is enabled. Please disable flash attention to access"
-                " attention scores."
-            )
+        check_key_value_shapes(value.shape, key.shape)
+        self._check_scores_allowed(return_attention_scores)
         if key_mask is not None:
-            key_mask = ops.cast(key_mask, "bool")
-            value_mask = (
-                key_mask
-                if value_mask is None
-                else ops.logical_and(ops.cast(value_mask, "bool"), key_mask)
+            value_mask = combine_masks(
+                _as_bool(value_mask, "value_mask"), _as_bool(key_mask, "key_mask")
             )
         if self._layout is not None:
+            mask = self._axes_mask(query_mask, value_mask, attention_mask)
             return self._call_over_axes(
                 query,
                 value,
                 key,
-                query_mask,
-                value_mask,
-                attention_mask,
+                mask,
                 return_attention_scores,
                 training,
                 use_causal_mask,
@@ -556,7 +413,9 @@ class MultiHeadAttention(keras.layers.Layer):
             use_causal_mask=use_causal_mask,
         )
         if self.sliding_window is not None:
-            window = self._window_mask(ops.shape(query)[1], ops.shape(key)[1])
+            query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
+            # (1, query_length, key_length)
+            window = window_mask(query_length, key_length, self.sliding_window)
             if mask is None:
                 mask = ops.broadcast_to(
                     window, (ops.shape(query)[0], *ops.shape(window)[1:])
@@ -573,32 +432,36 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         return self._output(query, attended, scores, return_attention_scores)
 
+    @staticmethod
+    def _axes_mask(query_mask, value_mask, attention_mask):
+        """The masks of a call over `attention_axes`, in Keras's layout."""
+        return combine_masks(
+            _as_bool(attention_mask, "attention_mask"),
+            None
+            if query_mask is None
+            else ops.expand_dims(_as_bool(query_mask, "query_mask"), -1),
+            None
+            if value_mask is None
+            else ops.expand_dims(_as_bool(value_mask, "value_mask"), -2),
+        )
+
     def _call_over_axes(
         self,
         query,
         value,
         key,
-        query_mask,
-        value_mask,
-        attention_mask,
+        mask,
         return_attention_scores,
         training,
         use_causal_mask,
     ):
         """`call` for inputs of rank > 3: attention over `attention_axes`.
 
-        Masks use Keras's layout without the heads axis. The causal mask and
-        the sliding window run along the attended positions in row-major
-        order (with one attention axis: along it).
+        `mask` uses Keras's layout without the heads axis. The causal mask
+        and the sliding window run along the attended positions in
+        row-major order (with one attention axis: along it).
         """
         layout = self._layout
-        mask = None if attention_mask is None else ops.cast(attention_mask, "bool")
-        if query_mask is not None:
-            part = ops.expand_dims(ops.cast(query_mask, "bool"), -1)
-            mask = part if mask is None else ops.logical_and(mask, part)
-        if value_mask is not None:
-            part = ops.expand_dims(ops.cast(value_mask, "bool"), -2)
-            mask = part if mask is None else ops.logical_and(mask, part)
         # (batch, ..., num_heads, dim)
         queries = self.query_dense(query)
         keys = self.key_dense(key)
@@ -609,13 +472,10 @@ class MultiHeadAttention(keras.layers.Layer):
             # (batch', query_length, key_length)
             mask = layout.mask_to_sequence(mask, queries, keys)
         query_length, key_length = ops.shape(sequence[0])[1], ops.shape(sequence[1])[1]
-        positional = []
-        if use_causal_mask:
-            positional.append(causal_mask(query_length, key_length))
-        if self.sliding_window is not None:
-            positional.append(self._window_mask(query_length, key_length))
-        for part in positional:  # (1, query_length, key_length)
-            mask = part if mask is None else ops.logical_and(mask, part)
+        # (1, query_length, key_length) parts
+        mask = combine_masks(
+            mask, self._positional_mask(query_length, key_length, use_causal_mask)
+        )
         if mask is not None:
             mask = ops.broadcast_to(
                 mask, (ops.shape(sequence[0])[0], query_length, key_length)
@@ -630,21 +490,11 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
-        _check_key_value_shapes(value_shape, key_shape)
+        check_key_value_shapes(value_shape, key_shape)
         return (*tuple(query_shape)[:-1], *(self._output_shape or (query_shape[-1],)))
 
     def compute_output_spec(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
+        self, query, value, key=None, return_attention_scores=False, **kwargs
     ):
         key_shape = None if key is None else key.shape
         output = keras.KerasTensor(

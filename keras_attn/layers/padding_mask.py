@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_attn.validation import check_non_negative_int
+
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class PaddingMask(keras.layers.Layer):
@@ -32,15 +34,16 @@ class PaddingMask(keras.layers.Layer):
 
     def __init__(self, pad_id=0, **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(pad_id, int) or isinstance(pad_id, bool) or pad_id < 0:
-            raise ValueError(
-                "`pad_id` must be a non-negative integer token id. "
-                f"Received: pad_id={pad_id!r}"
-            )
-        self.pad_id = pad_id
+        self.pad_id = check_non_negative_int(pad_id, "pad_id")
         self.built = True
 
     def call(self, token_ids):
+        dtype = keras.backend.standardize_dtype(token_ids.dtype)
+        if "int" not in dtype:
+            raise TypeError(
+                "`token_ids` must be an integer tensor of token ids. "
+                f"Received: token_ids.dtype={dtype}"
+            )
         return ops.not_equal(token_ids, self.pad_id)  # (batch, length)
 
     def compute_output_spec(self, token_ids):

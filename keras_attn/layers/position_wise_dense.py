@@ -2,8 +2,9 @@
 
 import keras
 
-from keras_attn.layers.last_axis_matmul import last_axis_matmul
+from keras_attn.layers._last_axis_matmul import last_axis_matmul
 from keras_attn.layers.lora_saving import LoraSavingMixin
+from keras_attn.validation import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -45,7 +46,8 @@ class PositionwiseDense(LoraSavingMixin, keras.layers.Dense):
     _keeps_dense_weights = True
 
     def __init__(self, units, **kwargs):
-        super().__init__(units, **kwargs)
+        # `Dense` reads `True` as 1 and truncates `2.5` to 2.
+        super().__init__(check_positive_int(units, "units"), **kwargs)
 
     def call(self, inputs, training=None):
         if len(inputs.shape) <= 2:

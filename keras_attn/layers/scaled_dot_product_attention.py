@@ -20,6 +20,45 @@ def _row_has_any_key(mask):
     return ops.any(mask, axis=-1)[:, :, None, None]
 
 
+def _zero_unattended_values(value, mask):
+    """Zeroes the values that no query may attend (padding, typically).
+
+    A masked key gets weight 0, but `0 * nan = nan`: without this, a NaN
+    or infinity in the value at a padded position would reach every real
+    position through the weighted sum.
+    """
+    # (batch, key_length, 1, 1)
+    attended_by_some_query = ops.any(mask, axis=-2)[:, :, None, None]
+    return ops.where(attended_by_some_query, value, ops.zeros_like(value))
+
+
+def _fused_attention(query, key, value, mask, scale):
+    """`keras.ops.dot_product_attention`, with fully masked rows zeroed."""
+    # (batch, query_length, num_heads, value_dim)
+    attended = fused_dot_product_attention(query, key, value, mask=mask, scale=scale)
+    if mask is None:
+        return attended
+    return ops.where(_row_has_any_key(mask), attended, ops.zeros_like(attended))
+
+
+def _attention_weights(query, key, mask, scale):
+    """`softmax(Q K^T / sqrt(d_k))` in float32, zero where masked."""
+    # (batch, num_heads, query_length, key_length)
+    scores = ops.einsum("bqhd,bkhd->bhqk", query, key)
+    scores = ops.cast(scores, "float32") * scale
+    if mask is not None:
+        head_mask = mask[:, None, :, :]  # (batch, 1, query_length, key_length)
+        scores = ops.where(head_mask, scores, _MASKED_SCORE)
+    if scores.shape[-1] == 1:
+        # One key: every weight is 1 (`ops.softmax` would warn about it).
+        weights = ops.ones_like(scores)
+    else:
+        weights = ops.softmax(scores, axis=-1)
+    if mask is not None:
+        weights = ops.where(head_mask, weights, 0.0)
+    return weights
+
+
 def scaled_dot_product_attention(
     query,
     key,
@@ -84,6 +123,8 @@ def scaled_dot_product_attention(
         Vaswani et al., "Attention Is All You Need", 2017, section 3.2.1.
     """
     scale = 1.0 / math.sqrt(query.shape[-1])
+    if mask is not None:
+        value = _zero_unattended_values(value, mask)
     use_dropout = training and dropout_rate > 0.0
     # The fused kernels need `value_dim == key_dim` (jax.nn checks it).
     same_head_dims = query.shape[-1] == value.shape[-1]
@@ -93,29 +134,8 @@ def scaled_dot_product_attention(
         and not (return_attention_scores or use_dropout)
         and fused_path_runs(query.dtype)
     ):
-        # (batch, query_length, num_heads, value_dim)
-        attended = fused_dot_product_attention(
-            query, key, value, mask=mask, scale=scale
-        )
-        if mask is not None:
-            attended = ops.where(
-                _row_has_any_key(mask), attended, ops.zeros_like(attended)
-            )
-        return attended
-
-    # (batch, num_heads, query_length, key_length)
-    scores = ops.einsum("bqhd,bkhd->bhqk", query, key)
-    scores = ops.cast(scores, "float32") * scale
-    if mask is not None:
-        head_mask = mask[:, None, :, :]  # (batch, 1, query_length, key_length)
-        scores = ops.where(head_mask, scores, _MASKED_SCORE)
-    if scores.shape[-1] == 1:
-        # One key: every weight is 1 (`ops.softmax` would warn about it).
-        weights = ops.ones_like(scores)
-    else:
-        weights = ops.softmax(scores, axis=-1)
-    if mask is not None:
-        weights = ops.where(head_mask, weights, 0.0)
+        return _fused_attention(query, key, value, mask, scale)
+    weights = _attention_weights(query, key, mask, scale)
     weights = ops.cast(weights, value.dtype)
     attention_weights = weights
     if use_dropout:

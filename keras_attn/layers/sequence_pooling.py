@@ -45,9 +45,16 @@ class SequencePooling(keras.layers.Layer):
 
     def call(self, sequence, padding_mask=None):
         if self.pooling == "cls":
+            if sequence.shape[1] == 0:
+                raise ValueError(
+                    '`pooling="cls"` reads the first position, and `sequence` '
+                    f"has none. Received: sequence.shape={tuple(sequence.shape)}"
+                )
             return sequence[:, 0, :]
         if padding_mask is None:
-            return ops.mean(sequence, axis=1)
+            # The mean of an empty sequence is zero, not 0 / 0.
+            count = ops.maximum(ops.cast(ops.shape(sequence)[1], sequence.dtype), 1.0)
+            return ops.sum(sequence, axis=1) / count
         # (batch, length, 1)
         weights = ops.cast(padding_mask, sequence.dtype)[:, :, None]
         total = ops.sum(sequence * weights, axis=1)  # (batch, dim)

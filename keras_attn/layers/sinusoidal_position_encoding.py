@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attn.validation import check_positive_int
+from keras_attn.validation import check_positive_float, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -44,12 +44,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000, **kwargs):
         super().__init__(**kwargs)
-        if not max_wavelength > 0:
-            raise ValueError(
-                "`max_wavelength` must be positive. "
-                f"Received: max_wavelength={max_wavelength}"
-            )
-        self.max_wavelength = float(max_wavelength)
+        self.max_wavelength = check_positive_float(max_wavelength, "max_wavelength")
         self.supports_masking = True
 
     def build(self, inputs_shape):

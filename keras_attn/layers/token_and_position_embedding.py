@@ -5,12 +5,12 @@ import math
 import keras
 from keras import ops
 
-from keras_attn.layers.last_axis_matmul import last_axis_matmul
+from keras_attn.layers._last_axis_matmul import last_axis_matmul
 from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
-from keras_attn.validation import check_choice, check_positive_int
+from keras_attn.validation import check_bool, check_choice, check_positive_int
 
 POSITION_KINDS = ("sinusoidal", "learned")
 
@@ -52,7 +52,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
-        inputs: int tensor `(batch, length)` of token ids, or with
+        inputs: int tensor `(batch, length)` of token ids (booleans are
+            refused; ids outside `[0, vocabulary_size)` are clamped into it,
+            so compiled calls stay finite and backend-independent; models
+            refuse them earlier in eager calls), or with
             `reverse=True` a float tensor `(batch, length, embedding_dim)`.
         start_index: int or scalar tensor, position of the first token (for
             cached decoding). Defaults to `0`.
@@ -96,8 +99,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 "Sinusoidal position encoding needs an even `embedding_dim`. "
                 f"Received: embedding_dim={embedding_dim}"
             )
-        self.scale_by_sqrt_dim = bool(scale_by_sqrt_dim)
-        self.mask_zero = bool(mask_zero)
+        self.scale_by_sqrt_dim = check_bool(scale_by_sqrt_dim, "scale_by_sqrt_dim")
+        self.mask_zero = check_bool(mask_zero, "mask_zero")
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer
             or keras.initializers.RandomNormal(stddev=embedding_dim**-0.5)
@@ -133,10 +136,28 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             embeddings = ops.cast(self.token_embedding.embeddings, self.compute_dtype)
             # (batch, length, dim) @ (dim, vocabulary) -> (batch, length, vocabulary)
             return last_axis_matmul(inputs, ops.transpose(embeddings))
-        tokens = self.token_embedding(inputs)
+        tokens = self.token_embedding(self._clamped_ids(inputs))
         if self.scale_by_sqrt_dim:
             tokens = tokens * ops.cast(math.sqrt(self.embedding_dim), tokens.dtype)
         return tokens + self.position_encoding(tokens, start_index=start_index)
+
+    def _clamped_ids(self, inputs):
+        """The ids as int32, clamped into `[0, vocabulary_size)`.
+
+        Eager model calls refuse ids outside the vocabulary before they get
+        here (`keras_attn.models.token_inputs`); a compiled call cannot
+        raise portably, and an out-of-range gather gives NaN on JAX and an
+        error on TensorFlow, so the lookup reads the nearest row instead:
+        finite, and the same on every backend.
+        """
+        dtype = keras.backend.standardize_dtype(inputs.dtype)
+        if "int" not in dtype and "float" not in dtype:
+            raise TypeError(
+                "`inputs` must be integer token ids (or, with `reverse=True`, "
+                f"float hidden states). Received: inputs.dtype={dtype}"
+            )
+        ids = ops.cast(inputs, "int32")
+        return ops.clip(ids, 0, self.vocabulary_size - 1)
 
     def compute_output_spec(self, inputs, start_index=0, reverse=False):
         # Declared rather than traced: tracing `call` with an unknown length

@@ -3,9 +3,15 @@
 import keras
 from keras import ops
 
-from keras_attn.layers.masking import causal_mask, merge_attention_masks
+from keras_attn.layers.attention_heads import combine_masks
+from keras_attn.layers.masking import (
+    as_bool_mask,
+    causal_mask,
+    merge_attention_masks,
+)
 from keras_attn.layers.transformer_block_base import (
     TransformerBlockBase,
+    bool_masks,
     check_sequence_shape,
 )
 
@@ -21,7 +27,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
         num_heads: int, number of attention heads; must divide the input's
             feature size.
         intermediate_dim: int, the feed-forward inner size `d_ff`.
-        dropout: float in `[0, 1)`, residual dropout. Defaults to `0.0`.
+        dropout: float in `[0, 1)`, residual dropout, applied by
+            `keras_attn.layers.FastDropout` at a resolution of 1/2048 (0.1
+            runs at 0.10010). Defaults to `0.0`.
         attention_dropout: float in `[0, 1)`, dropout on attention weights.
             Defaults to `None`, meaning `dropout` (as keras-hub's blocks,
             which use `dropout` for both).
@@ -74,11 +82,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
         hidden_dim = check_sequence_shape(decoder_sequence_shape, "decoder_sequence")
-        self.self_attention = self._attention(hidden_dim, "self_attention")
-        self.self_attention.build(decoder_sequence_shape, decoder_sequence_shape)
-        self.self_attention_norm = self._norm("self_attention_norm")
-        self.self_attention_norm.build(decoder_sequence_shape)
-        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self._build_self_attention(decoder_sequence_shape, hidden_dim)
         self.has_cross_attention = encoder_sequence_shape is not None
         if self.has_cross_attention:
             check_sequence_shape(encoder_sequence_shape, "encoder_sequence")
@@ -87,11 +91,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
             self.cross_attention_norm = self._norm("cross_attention_norm")
             self.cross_attention_norm.build(decoder_sequence_shape)
             self.cross_attention_dropout = self._dropout("cross_attention_dropout")
-        self.feed_forward = self._feed_forward()
-        self.feed_forward.build(decoder_sequence_shape)
-        self.feed_forward_norm = self._norm("feed_forward_norm")
-        self.feed_forward_norm.build(decoder_sequence_shape)
-        self.feed_forward_dropout = self._dropout("feed_forward_dropout")
+        self._build_feed_forward(decoder_sequence_shape)
         self.built = True
 
     def _check_encoder_sequence(self, encoder_sequence):
@@ -107,35 +107,27 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 "`encoder_sequence`."
             )
 
-    def _cross_attention_and_feed_forward(
-        self, x, cross_attend, return_attention_scores, training
-    ):
-        """The second and third sub-layers, shared by `call` and `call_cached`."""
-        scores = []
-        if self.has_cross_attention:
+    def _cross_attention_sublayer(self, x, cross_cache, mask, return_scores, training):
+        """Cross-attention with Add & Norm; returns `(x, scores or None)`.
 
-            def attend(h):
-                out, weights = cross_attend(h)
-                scores.append(weights)
-                return out
-
-            x = self._residual(
-                x,
-                attend,
-                self.cross_attention_norm,
-                self.cross_attention_dropout,
-                training,
-            )
-        x = self._residual(
+        `cross_cache` is the encoder output's `(keys, values)`; without
+        cross-attention (decoder-only blocks) `x` passes unchanged.
+        """
+        if not self.has_cross_attention:
+            return x, None
+        h = self._sublayer_input(x, self.cross_attention_norm)
+        keys, values = cross_cache
+        attended, scores = self._attend(
+            self.cross_attention, h, keys, values, mask, return_scores, training
+        )
+        x = self._add_and_norm(
             x,
-            lambda h: self.feed_forward(h, training=training),
-            self.feed_forward_norm,
-            self.feed_forward_dropout,
+            attended,
+            self.cross_attention_norm,
+            self.cross_attention_dropout,
             training,
         )
-        if return_attention_scores:
-            return x, (scores[0] if scores else None)
-        return x
+        return x, scores
 
     def call(
         self,
@@ -156,22 +148,27 @@ class TransformerDecoderBlock(TransformerBlockBase):
         encoder_sequence_mask=None,
     ):
         self._check_encoder_sequence(encoder_sequence)
-        if decoder_padding_mask is None:
-            decoder_padding_mask = decoder_sequence_mask
-        if encoder_padding_mask is None:
-            encoder_padding_mask = encoder_sequence_mask
+        masks = bool_masks(
+            decoder_padding_mask=(
+                decoder_sequence_mask
+                if decoder_padding_mask is None
+                else decoder_padding_mask
+            ),
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_padding_mask=(
+                encoder_sequence_mask
+                if encoder_padding_mask is None
+                else encoder_padding_mask
+            ),
+            encoder_attention_mask=encoder_attention_mask,
+        )
         if self_attention_cache is not None or cross_attention_cache is not None:
             return self._call_with_stacked_cache(
                 decoder_sequence,
                 encoder_sequence,
-                self_attention_cache,
-                self_attention_cache_update_index,
-                cross_attention_cache,
-                cross_attention_cache_update_index,
-                decoder_padding_mask,
-                decoder_attention_mask,
-                encoder_padding_mask,
-                encoder_attention_mask,
+                (self_attention_cache, self_attention_cache_update_index),
+                (cross_attention_cache, cross_attention_cache_update_index),
+                masks,
                 use_causal_mask,
                 training,
             )
@@ -181,51 +178,30 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 "`self_attention_cache`. Received: self_attention_cache=None, "
                 f"self_attention_cache_update_index={self_attention_cache_update_index}"
             )
-        self_mask = merge_attention_masks(
-            decoder_sequence,
-            decoder_sequence,
-            value_mask=decoder_padding_mask,
-            attention_mask=decoder_attention_mask,
-            use_causal_mask=use_causal_mask,
+        self_masks = (
+            masks["decoder_padding_mask"],
+            masks["decoder_attention_mask"],
+            use_causal_mask,
         )
-
-        def self_attend(h):
-            keys, values = self.self_attention.compute_key_value(h)
-            return self.self_attention.call_with_key_value(
-                h, keys, values, attention_mask=self_mask, training=training
-            )
-
-        x = self._residual(
-            decoder_sequence,
-            self_attend,
-            self.self_attention_norm,
-            self.self_attention_dropout,
-            training,
+        x, _ = self._self_attention_sublayer(
+            decoder_sequence, self_masks, False, training
         )
-        cross_mask = None
+        cross_cache, cross_mask = None, None
         if self.has_cross_attention:
+            cross_cache = self.cross_attention.compute_key_value(encoder_sequence)
             cross_mask = merge_attention_masks(
                 decoder_sequence,
                 encoder_sequence,
-                value_mask=encoder_padding_mask,
-                attention_mask=encoder_attention_mask,
+                value_mask=masks["encoder_padding_mask"],
+                attention_mask=masks["encoder_attention_mask"],
             )
-
-        def cross_attend(h):
-            keys, values = self.cross_attention.compute_key_value(encoder_sequence)
-            result = self.cross_attention.call_with_key_value(
-                h,
-                keys,
-                values,
-                attention_mask=cross_mask,
-                return_attention_scores=return_attention_scores,
-                training=training,
-            )
-            return result if return_attention_scores else (result, None)
-
-        return self._cross_attention_and_feed_forward(
-            x, cross_attend, return_attention_scores, training
+        x, scores = self._cross_attention_sublayer(
+            x, cross_cache, cross_mask, return_attention_scores, training
         )
+        x = self._feed_forward_sublayer(x, training)
+        if return_attention_scores:
+            return x, scores
+        return x
 
     def compute_cross_attention_cache(self, encoder_sequence):
         """Keys and values of the encoder output, computed once per sentence.
@@ -281,7 +257,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
             cross_mask = merge_attention_masks(
                 decoder_sequence,
                 cross_attention_cache[0],
-                value_mask=encoder_padding_mask,
+                value_mask=as_bool_mask(encoder_padding_mask, "encoder_padding_mask"),
             )
         outputs, keys, values = self._cached(
             decoder_sequence,
@@ -294,6 +270,39 @@ class TransformerDecoderBlock(TransformerBlockBase):
             training=False,
         )
         return outputs, (keys, values)
+
+    @staticmethod
+    def _write_cache(cache, index, keys, values):
+        """`cache = (keys, values)` with the new ones written at `index`."""
+        start = (0, index, 0, 0)
+        key_cache, value_cache = cache
+        return (
+            ops.slice_update(key_cache, start, ops.cast(keys, key_cache.dtype)),
+            ops.slice_update(value_cache, start, ops.cast(values, value_cache.dtype)),
+        )
+
+    @staticmethod
+    def _cached_self_mask(self_mask, use_causal_mask, cache_index, shape):
+        """The self-attention mask of a cached step, `(batch, new, max)`.
+
+        `shape` is `(batch, new_length, max_length)`; the causal mask is
+        offset by `cache_index` (new position `i` sees slots `<= index + i`).
+        """
+        batch_size, new_length, max_length = shape
+        if use_causal_mask:
+            # (1, new_length, max_length)
+            causal = causal_mask(
+                new_length,
+                max_length,
+                query_offset=0 if cache_index is None else cache_index,
+            )
+            self_mask = (
+                causal if self_mask is None else ops.logical_and(self_mask, causal)
+            )
+        if self_mask is None:
+            return None
+        # (batch, new_length, max_length)
+        return ops.broadcast_to(self_mask, (batch_size, new_length, max_length))
 
     def _cached(
         self,
@@ -310,101 +319,39 @@ class TransformerDecoderBlock(TransformerBlockBase):
 
         `cache_index=None` reads the self-attention cache without writing
         it. `self_mask` (broadcastable to `(batch, new_length, max_length)`)
-        is combined with the causal mask offset by `cache_index`.
+        is combined with the causal mask offset by `cache_index`. Returns
+        `(outputs, keys, values)`, the last two the updated cache.
         """
-        key_cache, value_cache = self_attention_cache
         # A direct call (not through `__call__`) may pass NumPy: on torch,
         # `ndarray + tensor` in the residual would then fail.
-        decoder_sequence = ops.convert_to_tensor(decoder_sequence)
-        batch_size = ops.shape(decoder_sequence)[0]
-        new_length = ops.shape(decoder_sequence)[1]
-        max_length = ops.shape(key_cache)[1]
-        if use_causal_mask:
-            # (1, new_length, max_length): new position i sees slots <= index + i.
-            causal = causal_mask(
-                new_length,
-                max_length,
-                query_offset=0 if cache_index is None else cache_index,
-            )
-            self_mask = (
-                causal if self_mask is None else ops.logical_and(self_mask, causal)
-            )
-        if self_mask is not None:
-            # (batch, new_length, max_length)
-            self_mask = ops.broadcast_to(
-                self_mask, (batch_size, new_length, max_length)
-            )
-
-        def self_attend(h):
-            keys, values = key_cache, value_cache
-            if cache_index is not None:
-                new_keys, new_values = self.self_attention.compute_key_value(h)
-                start = (0, cache_index, 0, 0)
-                keys = ops.slice_update(
-                    key_cache, start, ops.cast(new_keys, key_cache.dtype)
-                )
-                values = ops.slice_update(
-                    value_cache, start, ops.cast(new_values, value_cache.dtype)
-                )
-            return (
-                self.self_attention.call_with_key_value(
-                    h, keys, values, attention_mask=self_mask, training=training
-                ),
-                keys,
-                values,
-            )
-
-        if self.normalize_first:
-            attended, keys, values = self_attend(
-                self.self_attention_norm(decoder_sequence)
-            )
-            x = decoder_sequence + self.self_attention_dropout(
-                attended, training=training
-            )
-        else:
-            attended, keys, values = self_attend(decoder_sequence)
-            x = self.self_attention_norm(
-                decoder_sequence
-                + self.self_attention_dropout(attended, training=training)
-            )
-
-        def cross_attend(h):
-            cross_keys, cross_values = cross_attention_cache
-            out = self.cross_attention.call_with_key_value(
-                h,
-                cross_keys,
-                cross_values,
-                attention_mask=cross_mask,
-                training=training,
-            )
-            return out, None
-
-        outputs = self._cross_attention_and_feed_forward(
-            x, cross_attend, False, training
+        x = ops.convert_to_tensor(decoder_sequence)
+        batch_size, new_length = ops.shape(x)[0], ops.shape(x)[1]
+        max_length = ops.shape(self_attention_cache[0])[1]
+        self_mask = self._cached_self_mask(
+            self_mask,
+            use_causal_mask,
+            cache_index,
+            (batch_size, new_length, max_length),
         )
-        return outputs, keys, values
+        h = self._sublayer_input(x, self.self_attention_norm)
+        keys, values = self_attention_cache
+        if cache_index is not None:
+            new_keys, new_values = self.self_attention.compute_key_value(h)
+            keys, values = self._write_cache(
+                self_attention_cache, cache_index, new_keys, new_values
+            )
+        attended, _ = self._attend(
+            self.self_attention, h, keys, values, self_mask, False, training
+        )
+        x = self._add_and_norm(
+            x, attended, self.self_attention_norm, self.self_attention_dropout, training
+        )
+        x, _ = self._cross_attention_sublayer(
+            x, cross_attention_cache, cross_mask, False, training
+        )
+        return self._feed_forward_sublayer(x, training), keys, values
 
-    def _call_with_stacked_cache(
-        self,
-        decoder_sequence,
-        encoder_sequence,
-        self_attention_cache,
-        self_attention_cache_update_index,
-        cross_attention_cache,
-        cross_attention_cache_update_index,
-        decoder_padding_mask,
-        decoder_attention_mask,
-        encoder_padding_mask,
-        encoder_attention_mask,
-        use_causal_mask,
-        training,
-    ):
-        """keras-hub's `TransformerDecoder` cache call.
-
-        Caches are stacked `(batch, 2, length, num_heads, head_dim)` tensors
-        (keys at `[:, 0]`, values at `[:, 1]`); an update index of `None`
-        reads a cache without writing it.
-        """
+    def _check_stacked_caches(self, self_attention_cache, cross_attention_cache):
         if self_attention_cache is None or (
             self.has_cross_attention and cross_attention_cache is None
         ):
@@ -415,48 +362,68 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 f"self_attention_cache={'set' if self_attention_cache is not None else None}, "
                 f"cross_attention_cache={'set' if cross_attention_cache is not None else None}"
             )
-        self_mask = None
+
+    @staticmethod
+    def _stacked_self_mask(decoder_padding_mask, decoder_attention_mask):
+        """Padding and explicit masks of keras-hub's cache call, or `None`."""
+        padding = None
         if decoder_padding_mask is not None:
             # (batch, 1, max_length): padded cache slots.
-            self_mask = ops.cast(decoder_padding_mask, "bool")[:, None, :]
-        if decoder_attention_mask is not None:
-            extra = ops.cast(decoder_attention_mask, "bool")
-            self_mask = (
-                extra if self_mask is None else ops.logical_and(self_mask, extra)
-            )
-        cross_cache = None
-        if self.has_cross_attention:
-            if cross_attention_cache_update_index is None:
-                cross_cache = (cross_attention_cache[:, 0], cross_attention_cache[:, 1])
-            else:
-                keys, values = self.cross_attention.compute_key_value(encoder_sequence)
-                start = (0, cross_attention_cache_update_index, 0, 0)
-                cross_cache = (
-                    ops.slice_update(
-                        cross_attention_cache[:, 0],
-                        start,
-                        ops.cast(keys, cross_attention_cache.dtype),
-                    ),
-                    ops.slice_update(
-                        cross_attention_cache[:, 1],
-                        start,
-                        ops.cast(values, cross_attention_cache.dtype),
-                    ),
-                )
+            padding = decoder_padding_mask[:, None, :]
+        return combine_masks(padding, decoder_attention_mask)
+
+    def _stacked_cross_cache(self, encoder_sequence, cache, update_index):
+        """The cross-attention `(keys, values)` read from, or written to, `cache`."""
+        if not self.has_cross_attention:
+            return None
+        # (batch, source_length, num_heads, head_dim) each
+        unstacked = (cache[:, 0], cache[:, 1])
+        if update_index is None:
+            return unstacked
+        keys, values = self.cross_attention.compute_key_value(encoder_sequence)
+        return self._write_cache(unstacked, update_index, keys, values)
+
+    def _call_with_stacked_cache(
+        self,
+        decoder_sequence,
+        encoder_sequence,
+        self_cache_and_index,
+        cross_cache_and_index,
+        masks,
+        use_causal_mask,
+        training,
+    ):
+        """keras-hub's `TransformerDecoder` cache call.
+
+        Caches are stacked `(batch, 2, length, num_heads, head_dim)` tensors
+        (keys at `[:, 0]`, values at `[:, 1]`), each given with its update
+        index; an index of `None` reads a cache without writing it. `masks`
+        holds the call's four masks by argument name.
+        """
+        self_cache, self_index = self_cache_and_index
+        stacked_cross_cache, cross_index = cross_cache_and_index
+        self._check_stacked_caches(self_cache, stacked_cross_cache)
+        cross_cache = self._stacked_cross_cache(
+            encoder_sequence, stacked_cross_cache, cross_index
+        )
         cross_mask = None
         if self.has_cross_attention and (
-            encoder_padding_mask is not None or encoder_attention_mask is not None
+            masks["encoder_padding_mask"] is not None
+            or masks["encoder_attention_mask"] is not None
         ):
             cross_mask = merge_attention_masks(
                 decoder_sequence,
                 cross_cache[0],
-                value_mask=encoder_padding_mask,
-                attention_mask=encoder_attention_mask,
+                value_mask=masks["encoder_padding_mask"],
+                attention_mask=masks["encoder_attention_mask"],
             )
+        self_mask = self._stacked_self_mask(
+            masks["decoder_padding_mask"], masks["decoder_attention_mask"]
+        )
         outputs, keys, values = self._cached(
             decoder_sequence,
-            (self_attention_cache[:, 0], self_attention_cache[:, 1]),
-            self_attention_cache_update_index,
+            (self_cache[:, 0], self_cache[:, 1]),
+            self_index,
             cross_cache,
             self_mask=self_mask,
             use_causal_mask=use_causal_mask,
@@ -464,10 +431,10 @@ class TransformerDecoderBlock(TransformerBlockBase):
             training=training,
         )
         # (batch, 2, max_length, num_heads, head_dim)
-        self_attention_cache = ops.stack((keys, values), axis=1)
+        self_cache = ops.stack((keys, values), axis=1)
         if not self.has_cross_attention:
-            return outputs, self_attention_cache
-        return outputs, self_attention_cache, ops.stack(cross_cache, axis=1)
+            return outputs, self_cache
+        return outputs, self_cache, ops.stack(cross_cache, axis=1)
 
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return decoder_sequence_shape

@@ -2,7 +2,6 @@
 
 import keras
 
-from keras_attn.layers.last_axis_matmul import last_axis_matmul  # noqa: F401
 from keras_attn.layers.position_wise_dense import PositionwiseDense
 
 

@@ -35,9 +35,11 @@ def test_padding_mask_contract_and_values():
     np.testing.assert_array_equal(ops.convert_to_numpy(mask), TOKENS != 0)
 
 
-@pytest.mark.parametrize("pad_id", [-1, 1.5, True])
-def test_padding_mask_rejects_a_bad_pad_id(pad_id):
-    with pytest.raises(ValueError, match="Received: pad_id="):
+@pytest.mark.parametrize(
+    "pad_id, error", [(-1, ValueError), (1.5, TypeError), (True, TypeError)]
+)
+def test_padding_mask_rejects_a_bad_pad_id(pad_id, error):
+    with pytest.raises(error, match="Received: pad_id="):
         PaddingMask(pad_id)
 
 

@@ -7,7 +7,7 @@ from keras import ops
 from layer_harness import assert_same_sgd_step, run_layer_test
 
 from keras_attn.layers import VocabularyProjection
-from keras_attn.layers.vocabulary_projection import last_axis_matmul
+from keras_attn.layers._last_axis_matmul import last_axis_matmul
 
 
 def test_layer_contract():

@@ -1,4 +1,8 @@
-"""Dense products over the last axis, flattened to one 2-D matrix product."""
+"""`last_axis_matmul`: a dense product over the last axis as one 2-D product.
+
+Not a layer: a private helper of the layers that project (`AttentionProjection`,
+`PositionwiseDense`, `VocabularyProjection`, `TokenAndPositionEmbedding`).
+"""
 
 from keras import ops
 
