@@ -142,6 +142,12 @@ def checked_arguments(local_variables):
     check_divisible(
         checked["hidden_dim"], checked["num_heads"], "hidden_dim", "num_heads"
     )
+    if checked.get("position") == "sinusoidal" and checked["hidden_dim"] % 2:
+        raise ValueError(
+            "`hidden_dim` must be even with sinusoidal positions (sine and "
+            f"cosine pairs). Received: hidden_dim={checked['hidden_dim']}, "
+            "position='sinusoidal'"
+        )
     return types.SimpleNamespace(**checked)
 
 
@@ -278,8 +284,19 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
         named = self._named_inputs(inputs)
         for name in self.token_inputs:
             check_token_batch(named[name], name, self.vocabulary_size)
+            self._check_length(named[name], name)
         check_same_batch_size(named)
         return named if len(named) > 1 else next(iter(named.values()))
+
+    def _check_length(self, tokens, name):
+        """Learned positions end at `max_sequence_length`."""
+        length = tokens.shape[1]
+        if self.position == "learned" and (length or 0) > self.max_sequence_length:
+            raise ValueError(
+                f"`{name}` is longer than max_sequence_length="
+                f"{self.max_sequence_length}, the number of learned positions. "
+                f"Received: {name}.shape={tuple(tokens.shape)}"
+            )
 
     def _empty_result(self, inputs):
         """Zeros of the output's shape when an input has no element, else None.

@@ -86,6 +86,11 @@ def test_class_token_moved_to_layers_under_its_old_registered_name():
         (dict(max_sequence_length="64"), TypeError, "max_sequence_length='64'"),
         (dict(layer_norm_epsilon=float("nan")), ValueError, "layer_norm_epsilon"),
         (dict(activation="swishy"), ValueError, "activation='swishy'"),
+        (
+            dict(hidden_dim=9, num_heads=3, position="sinusoidal"),
+            ValueError,
+            "`hidden_dim` must be even .* Received: hidden_dim=9",
+        ),
     ],
 )
 def test_transformer_arguments_are_checked_by_their_public_name(
@@ -171,3 +176,11 @@ def test_bool_ids_and_ragged_lists_are_refused(zoo, kind):
     np.testing.assert_array_equal(
         to_numpy(zoo[kind](as_list)), to_numpy(zoo[kind](np.array(as_list, "int32")))
     )
+
+
+def test_inputs_longer_than_the_learned_positions_are_named(zoo):
+    tokens = np.ones((2, 65), "int32")  # The tiny presets learn 64 positions.
+    with pytest.raises(ValueError, match=r"`token_ids` is longer than max_seq"):
+        zoo["lm"](tokens)
+    with pytest.raises(ValueError, match=r"token_ids.shape=\(2, 65\)"):
+        zoo["classifier"](tokens)
