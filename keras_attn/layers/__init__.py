@@ -1,6 +1,7 @@
 """Building blocks of the Transformer (Vaswani et al., 2017)."""
 
 from keras_attn.layers.attention_projection import AttentionProjection
+from keras_attn.layers.class_token import ClassToken
 from keras_attn.layers.fast_dropout import FastDropout, fast_dropout
 from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.masking import causal_mask, merge_attention_masks
@@ -25,6 +26,7 @@ from keras_attn.layers.vocabulary_projection import VocabularyProjection
 
 __all__ = [
     "AttentionProjection",
+    "ClassToken",
     "FastDropout",
     "FeedForward",
     "MultiHeadAttention",

@@ -47,8 +47,8 @@ class ModelFeaturesMixin:
     """Quantization-aware config, LoRA and LoRA files for a functional model.
 
     The model sets `self._layers_dtype_policy` (the policy its layers were
-    built with) and calls `self._features_config(config)` at the end of
-    `get_config` and `cls._from_features_config(config)` in `from_config`.
+    built with); `ZooModel.get_config` records `_dtype_config()` and the
+    LoRA setup, and `ZooModel.from_config` restores them.
     """
 
     # === Quantization ===
@@ -118,24 +118,7 @@ class ModelFeaturesMixin:
         names = list(
             self.default_lora_layer_names() if target_names is None else target_names
         )
-        targets = [
-            layer
-            for layer in _leaf_layers(self)
-            if layer.name in names and hasattr(layer, "enable_lora")
-        ]
-        if not targets:
-            available = sorted(
-                {
-                    layer.name
-                    for layer in _leaf_layers(self)
-                    if hasattr(layer, "enable_lora")
-                }
-            )
-            raise ValueError(
-                "No layer of this model has one of `target_names` (layers "
-                f"that support LoRA: {available}). Received: "
-                f"target_names={target_names}"
-            )
+        targets = self._lora_targets(names, target_names)
         self.trainable = True
         for variable in self.weights:
             variable.trainable = False
@@ -146,6 +129,21 @@ class ModelFeaturesMixin:
         self._lora = {"rank": rank, "lora_alpha": lora_alpha, "target_names": names}
         # Traced functions hold the old trainable variables.
         self.train_function = self.test_function = self.predict_function = None
+
+    def _lora_targets(self, names, target_names):
+        """The layers named in `names` that support LoRA; raises if none."""
+        supported = [
+            layer for layer in _leaf_layers(self) if hasattr(layer, "enable_lora")
+        ]
+        targets = [layer for layer in supported if layer.name in names]
+        if not targets:
+            available = sorted({layer.name for layer in supported})
+            raise ValueError(
+                "No layer of this model has one of `target_names` (layers "
+                f"that support LoRA: {available}). Received: "
+                f"target_names={target_names}"
+            )
+        return targets
 
     def lora_layers(self):
         """The layers with LoRA enabled, in a fixed order."""
@@ -215,28 +213,3 @@ class ModelFeaturesMixin:
                             f"{layer.path}. Received: filepath={filepath}"
                         )
                     getattr(layer, factor).assign(arrays[key])
-
-    # === Config ===
-
-    def _features_config(self, config):
-        """`config` with the quantization-aware `dtype` and the LoRA setup."""
-        config = {**config, "dtype": self._dtype_config()}
-        if getattr(self, "_lora", None):
-            config["lora"] = dict(self._lora)
-        return config
-
-    @classmethod
-    def _from_features_config(cls, config):
-        """The model of a config written by `_features_config`."""
-        config = dict(config)
-        lora = config.pop("lora", None)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        model = cls(**config)
-        if lora:
-            model.enable_lora(
-                lora["rank"],
-                target_names=lora["target_names"],
-                lora_alpha=lora["lora_alpha"],
-            )
-        return model

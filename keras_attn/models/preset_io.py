@@ -25,6 +25,8 @@ from pathlib import Path
 
 import keras
 
+from keras_attn.models.presets import ARCHITECTURE_PRESETS, preset_config
+
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -32,9 +34,6 @@ METADATA_FILE = "metadata.json"
 TOKENIZER_CONFIG_FILE = "tokenizer.json"
 TOKENIZER_ASSETS_DIR = "assets/tokenizer"
 WEIGHTS_DTYPES = ("float32", "float16", "bfloat16")
-
-# Every class that mixes in `PresetMixin`, for `list_presets`.
-_MODEL_CLASSES = []
 
 
 def _version_tuple(version):
@@ -128,10 +127,6 @@ class PresetMixin:
     presets = {}
     preset_arguments = ()
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        _MODEL_CLASSES.append(cls)
-
     @classmethod
     def from_preset(cls, preset, load_weights=True, **overrides):
         """Builds a model from a preset: a named shape or a trained preset.
@@ -189,8 +184,6 @@ class PresetMixin:
 
     @classmethod
     def _from_architecture_preset(cls, preset, **overrides):
-        from keras_attn.models.zoo_presets import preset_config
-
         given = {name: overrides.pop(name, None) for name in cls.preset_arguments}
         config = preset_config(cls.presets, preset, cls.preset_arguments, **given)
         config.update(overrides)
@@ -221,15 +214,7 @@ class PresetMixin:
         Returns:
             The directory, as a `pathlib.Path`.
         """
-        if weights_dtype is not None and weights_dtype not in WEIGHTS_DTYPES:
-            raise ValueError(
-                f"`weights_dtype` must be one of {WEIGHTS_DTYPES} or None. "
-                f"Received: weights_dtype={weights_dtype!r}"
-            )
-        if metadata is not None and not isinstance(metadata, dict):
-            raise TypeError(
-                f"`metadata` must be a dict. Received: metadata={metadata!r:.100}"
-            )
+        _check_preset_arguments(tokenizer, metadata, weights_dtype)
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         config = keras.saving.serialize_keras_object(self)
@@ -237,21 +222,21 @@ class PresetMixin:
         # and loss stay with the run (a compiled config would rebuild an
         # optimizer whose state the weights file does not hold).
         config.pop("compile_config", None)
-        (directory / CONFIG_FILE).write_text(
-            json.dumps(config, indent=2) + "\n", encoding="utf-8"
-        )
+        _write_json(directory / CONFIG_FILE, config)
         self._save_preset_weights(directory / WEIGHTS_FILE, weights_dtype)
         if tokenizer is not None:
-            if not hasattr(tokenizer, "save_to_preset"):
-                raise TypeError(
-                    "`tokenizer` must have a `save_to_preset(directory)` method "
-                    "(e.g. `keras_attn.text.SubwordTokenizer`). Received: "
-                    f"tokenizer={tokenizer!r:.100}"
-                )
             tokenizer.save_to_preset(directory)
+        _write_json(
+            directory / METADATA_FILE,
+            self._preset_metadata(tokenizer, metadata, weights_dtype),
+        )
+        return directory
+
+    def _preset_metadata(self, tokenizer, metadata, weights_dtype):
+        """The facts of `metadata.json`: versions, model, and the caller's."""
         from keras_attn import __version__
 
-        record = {
+        return {
             "keras_attn_version": __version__,
             "keras_version": keras.version(),
             "backend": keras.backend.backend(),
@@ -261,10 +246,6 @@ class PresetMixin:
             "tokenizer": tokenizer is not None,
             **(metadata or {}),
         }
-        (directory / METADATA_FILE).write_text(
-            json.dumps(record, indent=2) + "\n", encoding="utf-8"
-        )
-        return directory
 
     def _float_weights_dtype(self):
         dtypes = sorted({v.dtype for v in self.weights if "float" in str(v.dtype)})
@@ -287,6 +268,29 @@ class PresetMixin:
         twin.save_weights(path)
 
 
+def _check_preset_arguments(tokenizer, metadata, weights_dtype):
+    """The checks of `save_to_preset`, before anything is written."""
+    if weights_dtype is not None and weights_dtype not in WEIGHTS_DTYPES:
+        raise ValueError(
+            f"`weights_dtype` must be one of {WEIGHTS_DTYPES} or None. "
+            f"Received: weights_dtype={weights_dtype!r}"
+        )
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(
+            f"`metadata` must be a dict. Received: metadata={metadata!r:.100}"
+        )
+    if tokenizer is not None and not hasattr(tokenizer, "save_to_preset"):
+        raise TypeError(
+            "`tokenizer` must have a `save_to_preset(directory)` method "
+            "(e.g. `keras_attn.text.SubwordTokenizer`). Received: "
+            f"tokenizer={tokenizer!r:.100}"
+        )
+
+
+def _write_json(path, content):
+    path.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+
+
 def list_presets():
     """The presets of every zoo model: architecture shapes and trained ones.
 
@@ -303,9 +307,9 @@ def list_presets():
     {'model': 'Transformer', 'weights': False}
     """
     listing = {}
-    for cls in _MODEL_CLASSES:
-        for name in cls.presets:
-            listing[name] = {"model": cls.__name__, "weights": False}
+    for model, presets in ARCHITECTURE_PRESETS.items():
+        for name in presets:
+            listing[name] = {"model": model, "weights": False}
     for name in shipped_presets():
         directory = PRESETS_DIR / name
         metadata = read_preset_file(directory, METADATA_FILE)

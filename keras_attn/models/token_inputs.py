@@ -1,11 +1,12 @@
-"""Checks of token-id inputs at a model's boundary: rank, batch, values.
+"""Checks of a model's inputs at its boundary: names, rank, batch, values.
 
-Ranks are checked whenever a model is called, traced or not. Values can
-only be read in eager calls, where ids must be whole numbers (integer
-arrays, or float arrays of whole numbers, which the model casts to int32
-as any Keras functional model does) inside the vocabulary. Inside
-`jit`/`tf.function` an embedding lookup of an id outside the vocabulary is backend behaviour (JAX
-clamps it to the nearest row, TensorFlow on CPU raises at run time).
+Ranks, dtypes and input names are checked whenever a model is called,
+traced or not. Values can only be read in eager calls, where ids must be
+whole numbers (integer arrays, or float arrays of whole numbers, which the
+model casts to int32 as any Keras functional model does) inside the
+vocabulary. Inside `jit`/`tf.function` the token embedding clamps an id
+outside the vocabulary into `[0, vocabulary_size)` (see
+`docs/reliability.md`).
 """
 
 import keras
@@ -22,13 +23,53 @@ def _eager_values(tensor):
         return None
 
 
-def check_token_ids(tokens, name, vocabulary_size):
+def as_array(value, name):
+    """`value` itself if it has a shape, else as a NumPy array (a nested list).
+
+    Raises:
+        ValueError: a ragged nested list, naming `name`.
+    """
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return value
+    try:
+        return np.asarray(value)
+    except ValueError as error:  # Ragged: "inhomogeneous shape".
+        raise ValueError(
+            f"`{name}` must be a rectangular batch (every row of the same "
+            f"length; pad the shorter ones). Received: {name}={value!r:.100}"
+        ) from error
+
+
+def check_input_names(inputs, expected):
+    """Raises unless `inputs` is a dict with exactly the `expected` keys."""
+    if not isinstance(inputs, dict):
+        raise TypeError(
+            f"The model's inputs must be a dict with keys {list(expected)}. "
+            f"Received: inputs of type {type(inputs).__name__}"
+        )
+    unknown = sorted(set(inputs) - set(expected), key=str)
+    missing = [name for name in expected if name not in inputs]
+    if unknown or missing:
+        raise ValueError(
+            f"The model's inputs must be a dict with keys {list(expected)}. "
+            f"Received: keys {list(inputs)} (unknown: {unknown}, missing: "
+            f"{missing})"
+        )
+
+
+def check_token_batch(tokens, name, vocabulary_size):
     """Raises if `tokens` is not a 2-D integer batch of ids in the vocabulary."""
     shape = tuple(tokens.shape)
     if len(shape) != 2:
         raise ValueError(
             f"`{name}` must be a 2-D batch of token ids (batch, length). "
             f"Received: {name}.shape={shape}"
+        )
+    dtype = keras.backend.standardize_dtype(tokens.dtype)
+    if not ("int" in dtype or "float" in dtype):
+        # Booleans and strings would be read as ids 0/1 or fail deep inside.
+        raise TypeError(
+            f"`{name}` must hold integer token ids. Received: {name} with dtype={dtype}"
         )
     values = _eager_values(tokens)
     if values is None or not values.size:

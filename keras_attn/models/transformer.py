@@ -3,18 +3,19 @@
 import keras
 from keras import ops
 
-from keras_attn.layers.fast_dropout import FastDropout
-from keras_attn.layers.padding_mask import PaddingMask
-from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
-from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_attn.layers.vocabulary_projection import VocabularyProjection
-from keras_attn.models.model_features import ModelFeaturesMixin
-from keras_attn.models.preset_io import PresetMixin
 from keras_attn.models.presets import TRANSFORMER_PRESETS
-from keras_attn.models.token_inputs import check_same_batch_size, check_token_ids
-from keras_attn.validation import check_positive_int
+from keras_attn.models.zoo_model import (
+    ZooModel,
+    checked_arguments,
+    dropout_layer,
+    layer_norm,
+    padding_mask,
+    token_embedding,
+    transformer_blocks,
+    vocabulary_logits,
+)
 
 
 def _embed(embedding, dropout, tokens, training=None, start_index=0):
@@ -50,8 +51,48 @@ def _run_decoder(parts, tokens, encoder_output, encoder_padding_mask, training=N
     return parts["logits"](x)
 
 
+def _layers(arguments, dtype):
+    """The named sub-layers of a `Transformer`, in a dict."""
+    if arguments.tie_embeddings:
+        encoder_embedding = token_embedding(arguments, dtype, "token_embedding")
+        decoder_embedding = encoder_embedding
+    else:
+        encoder_embedding = token_embedding(arguments, dtype, "encoder_embedding")
+        decoder_embedding = token_embedding(arguments, dtype, "decoder_embedding")
+    final_norms = arguments.normalize_first
+    return {
+        "encoder_padding_mask": padding_mask(arguments, "encoder_padding_mask"),
+        "decoder_padding_mask": padding_mask(arguments, "decoder_padding_mask"),
+        "encoder_embedding": encoder_embedding,
+        "decoder_embedding": decoder_embedding,
+        "encoder_dropout": dropout_layer(arguments, dtype, "encoder_embedding_dropout"),
+        "decoder_dropout": dropout_layer(arguments, dtype, "decoder_embedding_dropout"),
+        "encoder_blocks": transformer_blocks(
+            TransformerEncoderBlock,
+            arguments.num_encoder_layers,
+            "encoder_block",
+            arguments,
+            dtype,
+        ),
+        "decoder_blocks": transformer_blocks(
+            TransformerDecoderBlock,
+            arguments.num_decoder_layers,
+            "decoder_block",
+            arguments,
+            dtype,
+        ),
+        "encoder_norm": (
+            layer_norm(arguments, dtype, "encoder_output_norm") if final_norms else None
+        ),
+        "decoder_norm": (
+            layer_norm(arguments, dtype, "decoder_output_norm") if final_norms else None
+        ),
+        "logits": vocabulary_logits(arguments, decoder_embedding, dtype),
+    }
+
+
 @keras.saving.register_keras_serializable(package="keras_attn")
-class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
+class Transformer(ZooModel):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
     A functional model: inputs `encoder_tokens` `(batch, source_length)` and
@@ -81,8 +122,10 @@ class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
             Defaults to `False` (the paper's post-norm).
         tie_embeddings: bool, share encoder/decoder embeddings and the output
             projection. Defaults to `True`.
-        num_encoder_layers: int. Defaults to `None`, meaning `num_layers`.
-        num_decoder_layers: int. Defaults to `None`, meaning `num_layers`.
+        num_encoder_layers: positive int. Defaults to `None`, meaning
+            `num_layers`.
+        num_decoder_layers: positive int. Defaults to `None`, meaning
+            `num_layers`.
         pad_id: int, the padding token id. Defaults to `0`.
         activation: feed-forward activation. Defaults to `"relu"`.
         layer_norm_epsilon: float. Defaults to `1e-6`.
@@ -104,6 +147,11 @@ class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
         Vaswani et al., "Attention Is All You Need", 2017, section 3 and
         Table 3.
     """
+
+    presets = TRANSFORMER_PRESETS
+    preset_arguments = ("vocabulary_size",)
+    token_inputs = ("encoder_tokens", "decoder_tokens")
+    nonempty_inputs = ("encoder_tokens",)
 
     def __init__(
         self,
@@ -127,137 +175,28 @@ class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        num_encoder_layers = check_positive_int(
-            num_encoder_layers or num_layers, "num_encoder_layers"
-        )
-        num_decoder_layers = check_positive_int(
-            num_decoder_layers or num_layers, "num_decoder_layers"
-        )
-        check_positive_int(vocabulary_size, "vocabulary_size")
-        if not 0 <= pad_id < vocabulary_size:
-            raise ValueError(
-                f"`pad_id` must be a token id in [0, vocabulary_size={vocabulary_size}). "
-                f"Received: pad_id={pad_id}"
-            )
+        arguments = checked_arguments(locals())
+        if arguments.num_encoder_layers is None:
+            arguments.num_encoder_layers = arguments.num_layers
+        if arguments.num_decoder_layers is None:
+            arguments.num_decoder_layers = arguments.num_layers
 
         # === Layers ===
-        def embedding(name):
-            return TokenAndPositionEmbedding(
-                vocabulary_size,
-                max_sequence_length,
-                hidden_dim,
-                position=position,
-                dtype=dtype,
-                name=name,
-            )
-
-        block_args = dict(
-            num_heads=num_heads,
-            intermediate_dim=intermediate_dim,
-            dropout=dropout,
-            attention_dropout=attention_dropout,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            normalize_first=normalize_first,
-            use_fused_attention=use_fused_attention,
-            dtype=dtype,
-        )
-
-        def final_norm(name):
-            if not normalize_first:
-                return None
-            return keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=dtype, name=name
-            )
-
-        encoder_embedding = embedding(
-            "token_embedding" if tie_embeddings else "encoder_embedding"
-        )
-        decoder_embedding = (
-            encoder_embedding if tie_embeddings else embedding("decoder_embedding")
-        )
-        parts = {
-            "encoder_padding_mask": PaddingMask(pad_id, name="encoder_padding_mask"),
-            "decoder_padding_mask": PaddingMask(pad_id, name="decoder_padding_mask"),
-            "encoder_embedding": encoder_embedding,
-            "decoder_embedding": decoder_embedding,
-            "encoder_dropout": FastDropout(
-                dropout, dtype=dtype, name="encoder_embedding_dropout"
-            ),
-            "decoder_dropout": FastDropout(
-                dropout, dtype=dtype, name="decoder_embedding_dropout"
-            ),
-            "encoder_blocks": [
-                TransformerEncoderBlock(**block_args, name=f"encoder_block_{i}")
-                for i in range(num_encoder_layers)
-            ],
-            "decoder_blocks": [
-                TransformerDecoderBlock(**block_args, name=f"decoder_block_{i}")
-                for i in range(num_decoder_layers)
-            ],
-            "encoder_norm": final_norm("encoder_output_norm"),
-            "decoder_norm": final_norm("decoder_output_norm"),
-            # The pre-softmax projection: the embedding's table transposed
-            # (tied, section 3.4) or a `Dense` of its own.
-            "logits": (
-                TiedVocabularyProjection(decoder_embedding, dtype=dtype, name="logits")
-                if tie_embeddings
-                else VocabularyProjection(vocabulary_size, dtype=dtype, name="logits")
-            ),
-        }
+        parts = _layers(arguments, dtype)
 
         # === Functional Model ===
-        encoder_tokens = keras.Input(
-            shape=(None,), dtype="int32", name="encoder_tokens"
+        inputs = {
+            name: keras.Input(shape=(None,), dtype="int32", name=name)
+            for name in self.token_inputs
+        }
+        encoder_output, encoder_padding_mask = _run_encoder(
+            parts, inputs["encoder_tokens"]
         )
-        decoder_tokens = keras.Input(
-            shape=(None,), dtype="int32", name="decoder_tokens"
-        )
-        encoder_output, encoder_padding_mask = _run_encoder(parts, encoder_tokens)
         logits = _run_decoder(
-            parts, decoder_tokens, encoder_output, encoder_padding_mask
+            parts, inputs["decoder_tokens"], encoder_output, encoder_padding_mask
         )
-        super().__init__(
-            inputs={"encoder_tokens": encoder_tokens, "decoder_tokens": decoder_tokens},
-            outputs=logits,
-            **kwargs,
-        )
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.max_sequence_length = max_sequence_length
-        self.position = position
-        self.normalize_first = normalize_first
-        self.tie_embeddings = tie_embeddings
-        self.num_encoder_layers = num_encoder_layers
-        self.num_decoder_layers = num_decoder_layers
-        self.pad_id = pad_id
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.use_fused_attention = use_fused_attention
-        # The layers' policy (a functional model's own `dtype_policy` is
-        # always the global one, so `get_config` cannot use it).
-        self._layers_dtype_policy = keras.dtype_policies.get(
-            dtype if dtype is not None else keras.config.dtype_policy()
-        )
+        super().__init__(inputs, logits, arguments, dtype=dtype, **kwargs)
         self._parts = parts
-
-    def call(self, inputs, training=None, mask=None):
-        # Anything but the dict of `model.inputs` gets Keras's structure error.
-        names = [tensor.name for tensor in self.inputs]
-        named = {}
-        if isinstance(inputs, dict):
-            named = {name: inputs[name] for name in names if name in inputs}
-        for name, tokens in named.items():
-            check_token_ids(tokens, name, self.vocabulary_size)
-        check_same_batch_size(named)
-        return super().call(inputs, training=training, mask=mask)
 
     @property
     def encoder_blocks(self):
@@ -271,9 +210,6 @@ class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
     def token_embedding(self):
         """The (decoder) `TokenAndPositionEmbedding`."""
         return self._parts["decoder_embedding"]
-
-    presets = TRANSFORMER_PRESETS
-    preset_arguments = ("vocabulary_size",)
 
     # === Decoding with a key/value cache ===
 
@@ -371,31 +307,3 @@ class Transformer(PresetMixin, ModelFeaturesMixin, keras.Model):
             x = self._parts["decoder_norm"](x)
         logits = self._parts["logits"](x)
         return logits, {**cache, "self_attention": tuple(self_caches)}
-
-    def get_config(self):
-        config = {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "hidden_dim": self.hidden_dim,
-            "num_heads": self.num_heads,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "position": self.position,
-            "normalize_first": self.normalize_first,
-            "tie_embeddings": self.tie_embeddings,
-            "num_encoder_layers": self.num_encoder_layers,
-            "num_decoder_layers": self.num_decoder_layers,
-            "pad_id": self.pad_id,
-            "activation": self.activation,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "use_fused_attention": self.use_fused_attention,
-        }
-        return self._features_config(config)
-
-    @classmethod
-    def from_config(cls, config):
-        return cls._from_features_config(config)

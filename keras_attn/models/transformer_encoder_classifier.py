@@ -3,30 +3,18 @@
 import keras
 from keras import ops
 
-from keras_attn.layers.fast_dropout import FastDropout
-from keras_attn.layers.padding_mask import PaddingMask
-from keras_attn.layers.sequence_pooling import POOLINGS, SequencePooling
-from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from keras_attn.layers.sequence_pooling import SequencePooling
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_attn.models.model_features import ModelFeaturesMixin
-from keras_attn.models.preset_io import PresetMixin
-from keras_attn.models.token_inputs import check_token_ids
-from keras_attn.models.zoo_presets import ENCODER_CLASSIFIER_PRESETS
-from keras_attn.validation import (
-    check_choice,
-    check_divisible,
-    check_dropout_rate,
-    check_positive_int,
+from keras_attn.models.presets import ENCODER_CLASSIFIER_PRESETS
+from keras_attn.models.zoo_model import (
+    ZooModel,
+    checked_arguments,
+    dropout_layer,
+    layer_norm,
+    padding_mask,
+    token_embedding,
+    transformer_blocks,
 )
-
-
-def check_pad_id(pad_id, vocabulary_size):
-    if not isinstance(pad_id, int) or not 0 <= pad_id < vocabulary_size:
-        raise ValueError(
-            f"`pad_id` must be a token id in [0, vocabulary_size={vocabulary_size}). "
-            f"Received: pad_id={pad_id!r}"
-        )
-    return pad_id
 
 
 def _encode(parts, token_ids, training=None):
@@ -43,8 +31,34 @@ def _encode(parts, token_ids, training=None):
     return x, padding_mask
 
 
+def _layers(arguments, dtype):
+    """The named sub-layers of a `TransformerEncoderClassifier`, in a dict."""
+    pre_norm = arguments.normalize_first
+    return {
+        "padding_mask": padding_mask(arguments),
+        "embedding": token_embedding(arguments, dtype, "token_embedding"),
+        "embedding_norm": (
+            None if pre_norm else layer_norm(arguments, dtype, "embedding_norm")
+        ),
+        "embedding_dropout": dropout_layer(arguments, dtype),
+        "blocks": transformer_blocks(
+            TransformerEncoderBlock,
+            arguments.num_layers,
+            "encoder_block",
+            arguments,
+            dtype,
+        ),
+        "output_norm": layer_norm(arguments, dtype, "output_norm")
+        if pre_norm
+        else None,
+        "pooling": SequencePooling(arguments.pooling, dtype=dtype, name="pooling"),
+        "pooled_dropout": dropout_layer(arguments, dtype, "pooled_dropout"),
+        "logits": keras.layers.Dense(arguments.num_classes, dtype=dtype, name="logits"),
+    }
+
+
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerEncoderClassifier(PresetMixin, ModelFeaturesMixin, keras.Model):
+class TransformerEncoderClassifier(ZooModel):
     """A Transformer encoder with a pooled classification head (BERT-style).
 
     Token ids go through a token + position embedding, a stack of
@@ -111,6 +125,9 @@ class TransformerEncoderClassifier(PresetMixin, ModelFeaturesMixin, keras.Model)
 
     presets = ENCODER_CLASSIFIER_PRESETS
     preset_arguments = ("vocabulary_size", "num_classes")
+    token_inputs = ("token_ids",)
+    # Pooling over no position has no meaning.
+    nonempty_inputs = ("token_ids",)
 
     def __init__(
         self,
@@ -133,57 +150,10 @@ class TransformerEncoderClassifier(PresetMixin, ModelFeaturesMixin, keras.Model)
         dtype=None,
         **kwargs,
     ):
-        check_positive_int(vocabulary_size, "vocabulary_size")
-        check_positive_int(num_classes, "num_classes")
-        check_positive_int(num_layers, "num_layers")
-        check_positive_int(hidden_dim, "hidden_dim")
-        check_positive_int(num_heads, "num_heads")
-        check_divisible(hidden_dim, num_heads, "hidden_dim", "num_heads")
-        check_positive_int(max_sequence_length, "max_sequence_length")
-        check_dropout_rate(dropout, "dropout")
-        check_choice(pooling, "pooling", POOLINGS)
-        check_pad_id(pad_id, vocabulary_size)
+        arguments = checked_arguments(locals())
 
         # === Layers ===
-        def norm(name):
-            return keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=dtype, name=name
-            )
-
-        parts = {
-            "padding_mask": PaddingMask(pad_id, name="padding_mask"),
-            "embedding": TokenAndPositionEmbedding(
-                vocabulary_size,
-                max_sequence_length,
-                hidden_dim,
-                position=position,
-                dtype=dtype,
-                name="token_embedding",
-            ),
-            "embedding_norm": None if normalize_first else norm("embedding_norm"),
-            "embedding_dropout": FastDropout(
-                dropout, dtype=dtype, name="embedding_dropout"
-            ),
-            "blocks": [
-                TransformerEncoderBlock(
-                    num_heads=num_heads,
-                    intermediate_dim=intermediate_dim,
-                    dropout=dropout,
-                    attention_dropout=attention_dropout,
-                    activation=activation,
-                    layer_norm_epsilon=layer_norm_epsilon,
-                    normalize_first=normalize_first,
-                    use_fused_attention=use_fused_attention,
-                    dtype=dtype,
-                    name=f"encoder_block_{i}",
-                )
-                for i in range(num_layers)
-            ],
-            "output_norm": norm("output_norm") if normalize_first else None,
-            "pooling": SequencePooling(pooling, dtype=dtype, name="pooling"),
-            "pooled_dropout": FastDropout(dropout, dtype=dtype, name="pooled_dropout"),
-            "logits": keras.layers.Dense(num_classes, dtype=dtype, name="logits"),
-        }
+        parts = _layers(arguments, dtype)
 
         # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
@@ -191,36 +161,9 @@ class TransformerEncoderClassifier(PresetMixin, ModelFeaturesMixin, keras.Model)
         # (batch, hidden_dim)
         pooled = parts["pooling"](sequence, padding_mask=padding_mask)
         logits = parts["logits"](parts["pooled_dropout"](pooled))
-        super().__init__(inputs=token_ids, outputs=logits, **kwargs)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_classes = num_classes
-        self.num_layers = num_layers
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.max_sequence_length = max_sequence_length
-        self.position = position
-        self.pooling = pooling
-        self.normalize_first = normalize_first
-        self.pad_id = pad_id
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.use_fused_attention = use_fused_attention
+        super().__init__(token_ids, logits, arguments, dtype=dtype, **kwargs)
         self._parts = parts
-        # The layers' policy (a functional model's own `dtype_policy` is
-        # always the global one, so `get_config` cannot use it).
-        self._layers_dtype_policy = keras.dtype_policies.get(
-            dtype if dtype is not None else keras.config.dtype_policy()
-        )
         self._sequence_output = sequence
-
-    def call(self, inputs, training=None, mask=None):
-        check_token_ids(inputs, "token_ids", self.vocabulary_size)
-        return super().call(inputs, training=training, mask=mask)
 
     @property
     def encoder(self):
@@ -246,30 +189,3 @@ class TransformerEncoderClassifier(PresetMixin, ModelFeaturesMixin, keras.Model)
         """
         token_ids = ops.convert_to_tensor(token_ids, "int32")
         return _encode(self._parts, token_ids, training)
-
-    def get_config(self):
-        config = {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_classes": self.num_classes,
-            "num_layers": self.num_layers,
-            "hidden_dim": self.hidden_dim,
-            "num_heads": self.num_heads,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "position": self.position,
-            "pooling": self.pooling,
-            "normalize_first": self.normalize_first,
-            "pad_id": self.pad_id,
-            "activation": self.activation,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "use_fused_attention": self.use_fused_attention,
-        }
-        return self._features_config(config)
-
-    @classmethod
-    def from_config(cls, config):
-        return cls._from_features_config(config)

@@ -89,20 +89,24 @@ def transformer_layout_map(
             f"`embedding_axis` must be one of {EMBEDDING_AXES}. "
             f"Received: embedding_axis={embedding_axis!r}"
         )
-    m = model_axis
     layout_map = keras.distribution.LayoutMap(device_mesh)
+    _add_block_rules(layout_map, model_axis)
+    _add_embedding_rules(layout_map, model_axis, embedding_axis)
+    return layout_map
 
-    # === Attention: split the heads ===
+
+def _add_block_rules(layout_map, m):
+    """Attention: split the heads; feed-forward: split `d_ff`."""
     layout_map[_PREFIX + r"(?:query|key|value)/kernel"] = (None, m, None)
     layout_map[_PREFIX + r"(?:query|key|value)/bias"] = (m, None)
     layout_map[_PREFIX + r"attention_output/kernel"] = (m, None, None)
-
-    # === Feed-forward: split d_ff ===
     layout_map[_PREFIX + r"feed_forward/intermediate_dense/kernel"] = (None, m)
     layout_map[_PREFIX + r"feed_forward/intermediate_dense/bias"] = (m,)
     layout_map[_PREFIX + r"feed_forward/output_dense/kernel"] = (m, None)
 
-    # === Embeddings and the untied output projection ===
+
+def _add_embedding_rules(layout_map, m, embedding_axis):
+    """The token embeddings and the untied output projection."""
     if embedding_axis == "vocabulary":
         layout_map[_PREFIX + r"token_embedding/embeddings"] = (m, None)
         layout_map[_PREFIX + r"logits/kernel"] = (None, m)
@@ -110,4 +114,3 @@ def transformer_layout_map(
     elif embedding_axis == "hidden":
         layout_map[_PREFIX + r"token_embedding/embeddings"] = (None, m)
         layout_map[_PREFIX + r"logits/kernel"] = (m, None)
-    return layout_map

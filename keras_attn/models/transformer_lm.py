@@ -3,22 +3,19 @@
 import keras
 from keras import ops
 
-from keras_attn.layers.fast_dropout import FastDropout
-from keras_attn.layers.padding_mask import PaddingMask
-from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
-from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
-from keras_attn.layers.vocabulary_projection import VocabularyProjection
-from keras_attn.models.model_features import ModelFeaturesMixin
-from keras_attn.models.preset_io import PresetMixin
-from keras_attn.models.token_inputs import check_token_ids
-from keras_attn.models.transformer_encoder_classifier import check_pad_id
-from keras_attn.models.zoo_presets import LM_PRESETS
-from keras_attn.validation import (
-    check_divisible,
-    check_dropout_rate,
-    check_positive_int,
+from keras_attn.models.presets import LM_PRESETS
+from keras_attn.models.zoo_model import (
+    ZooModel,
+    checked_arguments,
+    dropout_layer,
+    layer_norm,
+    padding_mask,
+    token_embedding,
+    transformer_blocks,
+    vocabulary_logits,
 )
+from keras_attn.validation import check_positive_int
 
 
 def _run(parts, token_ids, training=None):
@@ -34,8 +31,31 @@ def _run(parts, token_ids, training=None):
     return parts["logits"](x)
 
 
+def _layers(arguments, dtype):
+    """The named sub-layers of a `TransformerLM`, in a dict."""
+    embedding = token_embedding(arguments, dtype, "token_embedding")
+    return {
+        "padding_mask": padding_mask(arguments),
+        "embedding": embedding,
+        "embedding_dropout": dropout_layer(arguments, dtype),
+        "blocks": transformer_blocks(
+            TransformerDecoderBlock,
+            arguments.num_layers,
+            "decoder_block",
+            arguments,
+            dtype,
+        ),
+        "output_norm": (
+            layer_norm(arguments, dtype, "output_norm")
+            if arguments.normalize_first
+            else None
+        ),
+        "logits": vocabulary_logits(arguments, embedding, dtype),
+    }
+
+
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerLM(PresetMixin, ModelFeaturesMixin, keras.Model):
+class TransformerLM(ZooModel):
     """A decoder-only Transformer language model (GPT-style).
 
     The decoder of "Attention Is All You Need" without cross-attention:
@@ -98,6 +118,7 @@ class TransformerLM(PresetMixin, ModelFeaturesMixin, keras.Model):
 
     presets = LM_PRESETS
     preset_arguments = ("vocabulary_size",)
+    token_inputs = ("token_ids",)
 
     def __init__(
         self,
@@ -119,90 +140,16 @@ class TransformerLM(PresetMixin, ModelFeaturesMixin, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        check_positive_int(vocabulary_size, "vocabulary_size")
-        check_positive_int(num_layers, "num_layers")
-        check_positive_int(hidden_dim, "hidden_dim")
-        check_positive_int(num_heads, "num_heads")
-        check_divisible(hidden_dim, num_heads, "hidden_dim", "num_heads")
-        check_positive_int(max_sequence_length, "max_sequence_length")
-        check_dropout_rate(dropout, "dropout")
-        check_pad_id(pad_id, vocabulary_size)
+        arguments = checked_arguments(locals())
 
         # === Layers ===
-        embedding = TokenAndPositionEmbedding(
-            vocabulary_size,
-            max_sequence_length,
-            hidden_dim,
-            position=position,
-            dtype=dtype,
-            name="token_embedding",
-        )
-        parts = {
-            "padding_mask": PaddingMask(pad_id, name="padding_mask"),
-            "embedding": embedding,
-            "embedding_dropout": FastDropout(
-                dropout, dtype=dtype, name="embedding_dropout"
-            ),
-            "blocks": [
-                TransformerDecoderBlock(
-                    num_heads=num_heads,
-                    intermediate_dim=intermediate_dim,
-                    dropout=dropout,
-                    attention_dropout=attention_dropout,
-                    activation=activation,
-                    layer_norm_epsilon=layer_norm_epsilon,
-                    normalize_first=normalize_first,
-                    use_fused_attention=use_fused_attention,
-                    dtype=dtype,
-                    name=f"decoder_block_{i}",
-                )
-                for i in range(num_layers)
-            ],
-            "output_norm": (
-                keras.layers.LayerNormalization(
-                    epsilon=layer_norm_epsilon, dtype=dtype, name="output_norm"
-                )
-                if normalize_first
-                else None
-            ),
-            "logits": (
-                TiedVocabularyProjection(embedding, dtype=dtype, name="logits")
-                if tie_embeddings
-                else VocabularyProjection(vocabulary_size, dtype=dtype, name="logits")
-            ),
-        }
+        parts = _layers(arguments, dtype)
 
         # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         logits = _run(parts, token_ids)
-        super().__init__(inputs=token_ids, outputs=logits, **kwargs)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.max_sequence_length = max_sequence_length
-        self.position = position
-        self.normalize_first = normalize_first
-        self.tie_embeddings = tie_embeddings
-        self.pad_id = pad_id
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.use_fused_attention = use_fused_attention
+        super().__init__(token_ids, logits, arguments, dtype=dtype, **kwargs)
         self._parts = parts
-        # The layers' policy (a functional model's own `dtype_policy` is
-        # always the global one, so `get_config` cannot use it).
-        self._layers_dtype_policy = keras.dtype_policies.get(
-            dtype if dtype is not None else keras.config.dtype_policy()
-        )
-
-    def call(self, inputs, training=None, mask=None):
-        check_token_ids(inputs, "token_ids", self.vocabulary_size)
-        return super().call(inputs, training=training, mask=mask)
 
     @property
     def blocks(self):
@@ -267,29 +214,3 @@ class TransformerLM(PresetMixin, ModelFeaturesMixin, keras.Model):
             x = self._parts["output_norm"](x)
         logits = self._parts["logits"](x)
         return logits, {**cache, "self_attention": tuple(caches)}
-
-    def get_config(self):
-        config = {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "hidden_dim": self.hidden_dim,
-            "num_heads": self.num_heads,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "position": self.position,
-            "normalize_first": self.normalize_first,
-            "tie_embeddings": self.tie_embeddings,
-            "pad_id": self.pad_id,
-            "activation": self.activation,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "use_fused_attention": self.use_fused_attention,
-        }
-        return self._features_config(config)
-
-    @classmethod
-    def from_config(cls, config):
-        return cls._from_features_config(config)

@@ -1,88 +1,87 @@
 """The Vision Transformer (ViT): image patches as tokens of an encoder."""
 
-import numbers
-
 import keras
-from keras import ops
 
-from keras_attn.layers.fast_dropout import FastDropout
+from keras_attn.layers.class_token import ClassToken
 from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.sequence_pooling import SequencePooling
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
-from keras_attn.models.model_features import ModelFeaturesMixin
-from keras_attn.models.preset_io import PresetMixin
-from keras_attn.models.zoo_presets import VIT_PRESETS
-from keras_attn.validation import (
-    check_divisible,
-    check_dropout_rate,
-    check_positive_int,
+from keras_attn.models.presets import VIT_PRESETS
+from keras_attn.models.zoo_model import (
+    ZooModel,
+    checked_arguments,
+    dropout_layer,
+    layer_norm,
+    transformer_blocks,
 )
 
+# `ClassToken` lived here until it moved to `keras_attn.layers`.
+__all__ = ["ClassToken", "VisionTransformer"]
+
+
+def _layers(arguments, num_patches, dtype):
+    """The named sub-layers of a `VisionTransformer`, in a dict."""
+    return {
+        "patch_embedding": keras.layers.Conv2D(
+            arguments.hidden_dim,
+            kernel_size=arguments.patch_size,
+            strides=arguments.patch_size,
+            padding="valid",
+            data_format="channels_last",
+            dtype=dtype,
+            name="patch_embedding",
+        ),
+        # (batch, height / patch_size, width / patch_size, hidden_dim)
+        # -> (batch, num_patches, hidden_dim)
+        "patch_sequence": keras.layers.Reshape(
+            (num_patches, arguments.hidden_dim), dtype=dtype, name="patch_sequence"
+        ),
+        "class_token": ClassToken(dtype=dtype, name="class_token"),
+        "position_embedding": PositionEmbedding(
+            num_patches + 1,
+            initializer=keras.initializers.RandomNormal(stddev=0.02),
+            dtype=dtype,
+            name="position_embedding",
+        ),
+        "add_position_embedding": keras.layers.Add(
+            dtype=dtype, name="add_position_embedding"
+        ),
+        "embedding_dropout": dropout_layer(arguments, dtype),
+        # ViT's blocks are pre-norm.
+        "blocks": transformer_blocks(
+            TransformerEncoderBlock,
+            arguments.num_layers,
+            "encoder_block",
+            arguments,
+            dtype,
+            normalize_first=True,
+        ),
+        "output_norm": layer_norm(arguments, dtype, "output_norm"),
+        # The class token's final features: the image representation `y`.
+        "class_token_output": SequencePooling(
+            "cls", dtype=dtype, name="class_token_output"
+        ),
+        "head": keras.layers.Dense(arguments.num_classes, dtype=dtype, name="logits"),
+    }
+
+
+def _classify(parts, images):
+    """Images `(batch, height, width, channels)` -> logits, equations 1-4."""
+    # (batch, height / patch_size, width / patch_size, hidden_dim)
+    patches = parts["patch_embedding"](images)
+    x = parts["patch_sequence"](patches)  # (batch, num_patches, hidden_dim)
+    x = parts["class_token"](x)  # (batch, num_patches + 1, hidden_dim)
+    x = parts["add_position_embedding"]([x, parts["position_embedding"](x)])
+    x = parts["embedding_dropout"](x)
+    for block in parts["blocks"]:
+        x = block(x)
+    x = parts["output_norm"](x)
+    # (batch, num_classes)
+    return parts["head"](parts["class_token_output"](x))
+
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class ClassToken(keras.layers.Layer):
-    """Prepends one learned vector (ViT's `[class]` token) to a sequence.
-
-    Args:
-        initializer: initializer of the token. Defaults to `"zeros"` (as in
-            the ViT reference code).
-        **kwargs: base `keras.layers.Layer` arguments.
-
-    Call arguments:
-        inputs: tensor `(batch, length, dim)`.
-
-    Returns:
-        `(batch, length + 1, dim)`, the class token at position 0.
-    """
-
-    def __init__(self, initializer="zeros", **kwargs):
-        super().__init__(**kwargs)
-        self.initializer = keras.initializers.get(initializer)
-
-    def build(self, inputs_shape):
-        dim = check_positive_int(inputs_shape[-1], "inputs.shape[-1]")
-        self.token = self.add_weight(
-            name="token", shape=(1, 1, dim), initializer=self.initializer
-        )
-        self.built = True
-
-    def call(self, inputs):
-        batch_size, dim = ops.shape(inputs)[0], ops.shape(inputs)[-1]
-        # (1, 1, dim) -> (batch, 1, dim)
-        token = ops.broadcast_to(
-            ops.cast(self.token, inputs.dtype), (batch_size, 1, dim)
-        )
-        return ops.concatenate([token, inputs], axis=1)  # (batch, length + 1, dim)
-
-    def compute_output_shape(self, inputs_shape):
-        length = None if inputs_shape[1] is None else inputs_shape[1] + 1
-        return (inputs_shape[0], length, inputs_shape[2])
-
-    def get_config(self):
-        config = super().get_config()
-        config["initializer"] = keras.initializers.serialize(self.initializer)
-        return config
-
-
-def _image_size(image_size):
-    """An int or a pair of ints -> `(height, width)`."""
-    sizes = (
-        (image_size, image_size)
-        if isinstance(image_size, numbers.Integral)
-        else tuple(image_size)
-    )
-    if len(sizes) != 2:
-        raise ValueError(
-            "`image_size` must be an int or a (height, width) pair. "
-            f"Received: image_size={image_size!r}"
-        )
-    for size in sizes:
-        check_positive_int(size, "image_size")
-    return tuple(int(size) for size in sizes)
-
-
-@keras.saving.register_keras_serializable(package="keras_attn")
-class VisionTransformer(PresetMixin, ModelFeaturesMixin, keras.Model):
+class VisionTransformer(ZooModel):
     """The Vision Transformer: an encoder over image patches.
 
     The image is cut into non-overlapping `patch_size x patch_size` patches,
@@ -153,127 +152,27 @@ class VisionTransformer(PresetMixin, ModelFeaturesMixin, keras.Model):
         dtype=None,
         **kwargs,
     ):
-        check_positive_int(num_classes, "num_classes")
-        height, width = _image_size(image_size)
-        check_positive_int(patch_size, "patch_size")
-        if height % patch_size or width % patch_size:
+        arguments = checked_arguments(locals())
+        height, width = arguments.image_size
+        if height % arguments.patch_size or width % arguments.patch_size:
             raise ValueError(
                 "`image_size` must be divisible by `patch_size`. Received: "
                 f"image_size={image_size!r}, patch_size={patch_size}"
             )
-        check_positive_int(num_channels, "num_channels")
-        check_positive_int(num_layers, "num_layers")
-        check_positive_int(hidden_dim, "hidden_dim")
-        check_positive_int(num_heads, "num_heads")
-        check_divisible(hidden_dim, num_heads, "hidden_dim", "num_heads")
-        check_dropout_rate(dropout, "dropout")
-        num_patches = (height // patch_size) * (width // patch_size)
+        num_patches = (height // arguments.patch_size) * (width // arguments.patch_size)
 
         # === Layers ===
-        patch_embedding = keras.layers.Conv2D(
-            hidden_dim,
-            kernel_size=patch_size,
-            strides=patch_size,
-            padding="valid",
-            data_format="channels_last",
-            dtype=dtype,
-            name="patch_embedding",
-        )
-        # (batch, height / patch_size, width / patch_size, hidden_dim)
-        # -> (batch, num_patches, hidden_dim)
-        patch_sequence = keras.layers.Reshape(
-            (num_patches, hidden_dim), dtype=dtype, name="patch_sequence"
-        )
-        class_token = ClassToken(dtype=dtype, name="class_token")
-        position_embedding = PositionEmbedding(
-            num_patches + 1,
-            initializer=keras.initializers.RandomNormal(stddev=0.02),
-            dtype=dtype,
-            name="position_embedding",
-        )
-        add_position_embedding = keras.layers.Add(
-            dtype=dtype, name="add_position_embedding"
-        )
-        embedding_dropout = FastDropout(dropout, dtype=dtype, name="embedding_dropout")
-        blocks = [
-            TransformerEncoderBlock(
-                num_heads=num_heads,
-                intermediate_dim=intermediate_dim,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                activation=activation,
-                layer_norm_epsilon=layer_norm_epsilon,
-                normalize_first=True,
-                use_fused_attention=use_fused_attention,
-                dtype=dtype,
-                name=f"encoder_block_{i}",
-            )
-            for i in range(num_layers)
-        ]
-        output_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=dtype, name="output_norm"
-        )
-        # The class token's final features: the image representation `y`.
-        class_token_output = SequencePooling(
-            "cls", dtype=dtype, name="class_token_output"
-        )
-        head = keras.layers.Dense(num_classes, dtype=dtype, name="logits")
+        parts = _layers(arguments, num_patches, dtype)
 
         # === Functional Model ===
-        images = keras.Input(shape=(height, width, num_channels), name="images")
-        # (batch, height / patch_size, width / patch_size, hidden_dim)
-        patches = patch_embedding(images)
-        # (batch, num_patches, hidden_dim)
-        x = patch_sequence(patches)
-        x = class_token(x)  # (batch, num_patches + 1, hidden_dim)
-        x = embedding_dropout(add_position_embedding([x, position_embedding(x)]))
-        for block in blocks:
-            x = block(x)
-        x = output_norm(x)
-        logits = head(class_token_output(x))  # (batch, num_classes)
-        super().__init__(inputs=images, outputs=logits, **kwargs)
-
-        # === Config ===
-        self.num_classes = num_classes
-        self.image_size = (height, width)
-        self.patch_size = patch_size
-        self.num_channels = num_channels
-        self.num_layers = num_layers
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.activation = activation
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.use_fused_attention = use_fused_attention
-        self.num_patches = num_patches
-        # The layers' policy (a functional model's own `dtype_policy` is
-        # always the global one, so `get_config` cannot use it).
-        self._layers_dtype_policy = keras.dtype_policies.get(
-            dtype if dtype is not None else keras.config.dtype_policy()
+        images = keras.Input(
+            shape=(height, width, arguments.num_channels), name="images"
         )
+        logits = _classify(parts, images)
+        super().__init__(images, logits, arguments, dtype=dtype, **kwargs)
+        self.num_patches = num_patches
 
     def get_config(self):
-        config = {
-            "name": self.name,
-            "trainable": self.trainable,
-            "num_classes": self.num_classes,
-            "image_size": list(self.image_size),
-            "patch_size": self.patch_size,
-            "num_channels": self.num_channels,
-            "num_layers": self.num_layers,
-            "hidden_dim": self.hidden_dim,
-            "num_heads": self.num_heads,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "activation": self.activation,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "use_fused_attention": self.use_fused_attention,
-        }
-        return self._features_config(config)
-
-    @classmethod
-    def from_config(cls, config):
-        return cls._from_features_config(config)
+        config = super().get_config()
+        config["image_size"] = list(self.image_size)
+        return config
