@@ -86,7 +86,9 @@ class TransformerEncoderClassifier(ZooModel):
         num_heads: int. Defaults to `12`.
         intermediate_dim: int, `d_ff`. Defaults to `3072`.
         dropout: float, on embeddings, sub-layer outputs and the pooled
-            vector. Defaults to `0.1`.
+            vector. Defaults to `0.1`. Run by
+            `keras_attn.layers.FastDropout` at a resolution of 1/2048 (0.1 runs
+            at 0.10010).
         attention_dropout: float, on attention weights. Defaults to `0.0`.
         max_sequence_length: int, the number of learned positions.
             Defaults to `512`.
