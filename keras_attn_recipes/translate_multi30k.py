@@ -33,6 +33,7 @@ from keras_attn_recipes.cli_io import (
     check_output_writable,
     collect_sentences,
 )
+from keras_attn_recipes.host_memory import reuse_freed_host_memory
 from keras_attn_recipes.translation_config import (
     SETTINGS,
     TranslationConfig,
@@ -194,11 +195,9 @@ def main(argv=None):
     os.environ.setdefault("KERAS_BACKEND", "jax")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if argv is None:  # A command-line run (tests call main with arguments).
-        import keras_attn
-
         # Restarts this script (JAX only) with malloc options that let its
         # per-step CPU buffers reuse memory instead of page-faulting.
-        keras_attn.reuse_freed_host_memory()
+        reuse_freed_host_memory()
     config = None
     distribute = getattr(args, "distribute", "none")
     if distribute != "none" and os.environ["KERAS_BACKEND"] == "torch":
