@@ -61,17 +61,27 @@ def _parse_override(text):
     return key.strip(), value
 
 
-def _parse_mesh(text):
+def _select_backend(backend):
+    """`--backend` (else `$KERAS_BACKEND`, else JAX), before Keras loads."""
+    if backend:
+        os.environ["KERAS_BACKEND"] = backend
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _parse_mesh(args, parser):
+    """`--mesh` read by the library's `parse_mesh_shape`, as a usage error.
+
+    `keras_attn` loads Keras, so the backend is chosen first (`main` would
+    choose the same one next).
+    """
+    _select_backend(args.backend)
+    from keras_attn.distribution import parse_mesh_shape
+
     try:
-        shape = tuple(int(n) for n in text.split(","))
-    except ValueError:
-        shape = ()
-    if not 1 <= len(shape) <= 2 or min(shape) < 1:
-        raise argparse.ArgumentTypeError(
-            '--mesh expects positive integers "batch" or "batch,model" '
-            f'(e.g. "2,4"). Received: --mesh {text!r}'
-        )
-    return shape
+        return parse_mesh_shape(args.mesh)
+    except ValueError as error:
+        parser.error(f"argument --mesh: {error}")
 
 
 def parse_args(argv=None):
@@ -115,7 +125,6 @@ def parse_args(argv=None):
         )
         sub.add_argument(
             "--mesh",
-            type=_parse_mesh,
             default=None,
             metavar="BATCH[,MODEL]",
             help='Device mesh, e.g. "2,4": 2-way data x 4-way model parallel '
@@ -185,15 +194,15 @@ def parse_args(argv=None):
     common(everything)
     training(everything)
     evaluation(everything)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if getattr(args, "mesh", None) is not None:
+        args.mesh = _parse_mesh(args, parser)
+    return args
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.backend:
-        os.environ["KERAS_BACKEND"] = args.backend
-    os.environ.setdefault("KERAS_BACKEND", "jax")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    _select_backend(args.backend)
     if argv is None:  # A command-line run (tests call main with arguments).
         # Restarts this script (JAX only) with malloc options that let its
         # per-step CPU buffers reuse memory instead of page-faulting.
