@@ -92,13 +92,19 @@ def _check_jax_platforms(jax_platforms, backend):
             "`jax_platforms` applies to the JAX backend only. Received: "
             f"jax_platforms={jax_platforms!r} with KERAS_BACKEND={backend}"
         )
-    if isinstance(jax_platforms, str) or not all(
-        isinstance(platform, str) for platform in jax_platforms
+    expected = (
+        "`jax_platforms` must be a non-empty sequence of platform names such "
+        f"as ('cpu', 'cuda'). Received: jax_platforms={jax_platforms!r}"
+    )
+    if isinstance(jax_platforms, str) or not isinstance(
+        jax_platforms, collections.abc.Iterable
     ):
-        raise TypeError(
-            "`jax_platforms` must be a sequence of platform names such as "
-            f"('cpu', 'cuda'). Received: jax_platforms={jax_platforms!r}"
-        )
+        raise TypeError(expected)
+    jax_platforms = tuple(jax_platforms)
+    if not all(isinstance(platform, str) for platform in jax_platforms):
+        raise TypeError(expected)
+    if not jax_platforms:
+        raise ValueError(expected)
     return tuple(jax_platforms)
 
 

@@ -17,14 +17,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _serialized_module():
-    import jax
-    import jax.numpy as jnp
-
-    exported = jax.export.export(jax.jit(lambda x: jnp.tanh(x) + 1.0))(
-        jax.ShapeDtypeStruct((2, 3), jnp.float32)
-    )
-    return exported.mlir_module_serialized
+def _version(text):
+    return tuple(int(part) for part in str(text).split("."))
 
 
 def test_the_patched_private_function_still_exists():
@@ -36,15 +30,32 @@ def test_the_patched_private_function_still_exists():
     assert hasattr(_export.hlo, "StablehloCompatibilityRequirement")
 
 
-def test_exports_within_the_block_are_readable_by_tensorflow():
+def test_within_the_block_jax_targets_the_tensorflow_version():
     from jax._src.export import _export
     from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
 
-    original = _export.hlo.get_version_from_compatibility_requirement
+    hlo = _export.hlo
+    original = hlo.get_version_from_compatibility_requirement
+    requirement = hlo.StablehloCompatibilityRequirement.WEEK_4
     with tensorflow_compatible_stablehlo():
-        serialized = _serialized_module()
-    # Restored on exit.
-    assert _export.hlo.get_version_from_compatibility_requirement is original
-    # TensorFlow deserializes the portable artifact (it raises otherwise).
-    text = tf_stablehlo.deserialize_portable_artifact_str(serialized)
-    assert "stablehlo.tanh" in str(text)
+        target = hlo.get_version_from_compatibility_requirement(requirement)
+    assert hlo.get_version_from_compatibility_requirement is original  # restored
+    assert _version(target) <= _version(tf_stablehlo.get_current_version())
+    assert _version(target) <= _version(original(requirement))
+
+
+def test_a_jax2tf_function_written_in_the_block_runs_in_tensorflow():
+    import jax.numpy as jnp
+    import numpy as np
+    import tensorflow as tf
+    from jax.experimental import jax2tf
+
+    with tensorflow_compatible_stablehlo():
+        function = tf.function(
+            jax2tf.convert(lambda x: jnp.tanh(x) + 1.0, with_gradient=False),
+            input_signature=[tf.TensorSpec((2, 3), tf.float32)],
+            autograph=False,
+        )
+        concrete = function.get_concrete_function()
+    x = np.linspace(-1, 1, 6, dtype="float32").reshape(2, 3)
+    np.testing.assert_allclose(concrete(tf.constant(x)), np.tanh(x) + 1.0, rtol=1e-6)
