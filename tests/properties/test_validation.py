@@ -116,3 +116,28 @@ def test_no_hostile_value_passes_as_a_bool(value):
 @given(value=st.integers(1, 2**40))
 def test_every_positive_int_passes(value):
     assert validation.check_positive_int(value, "n") == value
+
+
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        (8, TypeError),
+        ("8,16", TypeError),
+        ([8, 2.5], TypeError),
+        ((8, True), TypeError),
+        ([8, None], TypeError),
+        ([], ValueError),
+        ((8, 0), ValueError),
+        ([-1], ValueError),
+    ],
+)
+def test_positive_int_sequence_refuses(value, error):
+    with pytest.raises(
+        error, match=r"`sizes` must be a non-empty sequence .*Received: sizes="
+    ):
+        validation.check_positive_int_sequence(value, "sizes")
+
+
+def test_positive_int_sequence_comes_back_as_a_tuple_of_ints():
+    result = validation.check_positive_int_sequence(np.array([16, 8]), "sizes")
+    assert result == (16, 8) and all(type(size) is int for size in result)
