@@ -5,7 +5,12 @@ import contextlib
 
 import keras
 
-from keras_attn.validation import check_choice, check_positive_int, is_integer
+from keras_attn.validation import (
+    check_choice,
+    check_positive_int,
+    check_positive_int_sequence,
+    is_integer,
+)
 
 KINDS = ("none", "data", "model")
 
@@ -117,24 +122,7 @@ def _check_batch_sizes(batch_size, name):
     """`batch_size` (an int or an iterable of them) as a list of positive ints."""
     if is_integer(batch_size):
         return [check_positive_int(batch_size, name)]
-    if isinstance(batch_size, (str, bytes)) or not isinstance(
-        batch_size, collections.abc.Iterable
-    ):
-        raise TypeError(
-            f"`{name}` must be a positive integer or an iterable of them. "
-            f"Received: {name}={batch_size!r} of type {type(batch_size).__name__}"
-        )
-    sizes = list(batch_size)
-    if not all(is_integer(size) for size in sizes):
-        raise TypeError(
-            f"`{name}` must hold only positive integers. Received: {name}={sizes!r}"
-        )
-    if not sizes or min(sizes) < 1:
-        raise ValueError(
-            f"`{name}` must be one or more positive integers. "
-            f"Received: {name}={sizes!r}"
-        )
-    return [int(size) for size in sizes]
+    return list(check_positive_int_sequence(batch_size, name))
 
 
 def parse_mesh_shape(text):

@@ -20,7 +20,7 @@ from keras_attn.validation import (
     check_float,
     check_int,
     check_positive_int,
-    is_integer,
+    check_positive_int_sequence,
 )
 
 STRATEGIES = ("beam", "greedy")
@@ -42,32 +42,14 @@ def default_source_length_buckets(max_source_length):
 
 def _check_buckets(buckets, name, smallest_largest=None):
     """Sorted, distinct positive ints; the largest at least `smallest_largest`."""
-    if isinstance(buckets, (str, bytes)) or not isinstance(
-        buckets, collections.abc.Iterable
-    ):
-        raise TypeError(
-            f"`{name}` must be a non-empty sequence of positive integers. "
-            f"Received: {name}={buckets!r} of type {type(buckets).__name__}"
-        )
-    buckets = tuple(buckets)
-    if not all(is_integer(size) for size in buckets):
-        raise TypeError(
-            f"`{name}` must contain only positive integers. "
-            f"Received: {name}={buckets!r}"
-        )
-    if not buckets or min(buckets) <= 0:
-        raise ValueError(
-            f"`{name}` must be a non-empty sequence of positive integers. "
-            f"Received: {name}={buckets!r}"
-        )
-    buckets = tuple(sorted({int(size) for size in buckets}))
-    if smallest_largest is not None and buckets[-1] < smallest_largest:
+    checked = tuple(sorted(set(check_positive_int_sequence(buckets, name))))
+    if smallest_largest is not None and checked[-1] < smallest_largest:
         raise ValueError(
             f"The largest of `{name}` must be at least max_source_length="
             f"{smallest_largest}, so that every (truncated) source fits. "
             f"Received: {name}={buckets!r}"
         )
-    return buckets
+    return checked
 
 
 def _check_max_source_length(model, max_source_length):
@@ -121,19 +103,7 @@ class _ExportSettings:
     jax_platforms: tuple | None
 
 
-def _check_arguments(
-    model,
-    tokenizer,
-    directory,
-    strategy,
-    beam_size,
-    length_penalty_alpha,
-    max_source_length,
-    source_length_buckets,
-    batch_size_buckets,
-    jax_platforms,
-):
-    """Checks every argument before any work; returns `_ExportSettings`."""
+def _check_model_and_directory(model, tokenizer, directory):
     if tokenizer.vocabulary_size != model.vocabulary_size:
         raise ValueError(
             "The tokenizer and the model disagree on the vocabulary size. "
@@ -145,35 +115,40 @@ def _check_arguments(
             "`directory` must be a `str` or `pathlib.Path`. Received: "
             f"directory={directory!r} of type {type(directory).__name__}"
         )
+
+
+def _check_search(strategy, beam_size, length_penalty_alpha):
+    """`(strategy, search_options)`; the options are beam search's, or none."""
     strategy = check_choice(strategy, "strategy", STRATEGIES)
-    search_options = {}
-    if strategy == "beam":
-        search_options = {
-            "beam_size": check_positive_int(beam_size, "beam_size"),
-            "length_penalty_alpha": check_float(
-                length_penalty_alpha, "length_penalty_alpha", min_value=0.0
-            ),
-        }
+    if strategy != "beam":
+        return strategy, {}
+    return strategy, {
+        "beam_size": check_positive_int(beam_size, "beam_size"),
+        "length_penalty_alpha": check_float(
+            length_penalty_alpha, "length_penalty_alpha", min_value=0.0
+        ),
+    }
+
+
+def _is_auto(value):
+    return isinstance(value, str) and value == "auto"
+
+
+def _check_padding(model, max_source_length, source_buckets, batch_buckets):
+    """`(max_source_length, source_length_buckets, batch_size_buckets)`."""
     max_source_length = _check_max_source_length(model, max_source_length)
-    if source_length_buckets == "auto":
-        source_length_buckets = default_source_length_buckets(max_source_length)
-    elif source_length_buckets is not None:
-        source_length_buckets = _check_buckets(
-            source_length_buckets, "source_length_buckets", max_source_length
+    if _is_auto(source_buckets):
+        source_buckets = default_source_length_buckets(max_source_length)
+    elif source_buckets is not None:
+        source_buckets = _check_buckets(
+            source_buckets, "source_length_buckets", max_source_length
         )
-    backend = keras.backend.backend()
-    if batch_size_buckets == "auto":
-        batch_size_buckets = JAX_BATCH_SIZE_BUCKETS if backend == "jax" else None
-    elif batch_size_buckets is not None:
-        batch_size_buckets = _check_buckets(batch_size_buckets, "batch_size_buckets")
-    return _ExportSettings(
-        strategy=strategy,
-        search_options=search_options,
-        max_source_length=max_source_length,
-        source_length_buckets=source_length_buckets,
-        batch_size_buckets=batch_size_buckets,
-        jax_platforms=_check_jax_platforms(jax_platforms, backend),
-    )
+    if _is_auto(batch_buckets):
+        on_jax = keras.backend.backend() == "jax"
+        batch_buckets = JAX_BATCH_SIZE_BUCKETS if on_jax else None
+    elif batch_buckets is not None:
+        batch_buckets = _check_buckets(batch_buckets, "batch_size_buckets")
+    return max_source_length, source_buckets, batch_buckets
 
 
 def _smallest_bucket_index(buckets, value):
@@ -563,17 +538,16 @@ def export_translator(
     ...     sentences=tf.constant(["A dog runs."]))["translations"]
     <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'Ein Hund rennt.'], ...)>
     """
-    settings = _check_arguments(
-        model,
-        tokenizer,
-        directory,
+    # Every argument is checked before any work.
+    _check_model_and_directory(model, tokenizer, directory)
+    strategy, search_options = _check_search(strategy, beam_size, length_penalty_alpha)
+    settings = _ExportSettings(
         strategy,
-        beam_size,
-        length_penalty_alpha,
-        max_source_length,
-        source_length_buckets,
-        batch_size_buckets,
-        jax_platforms,
+        search_options,
+        *_check_padding(
+            model, max_source_length, source_length_buckets, batch_size_buckets
+        ),
+        jax_platforms=_check_jax_platforms(jax_platforms, keras.backend.backend()),
     )
     verbose = check_bool(verbose, "verbose")
     if keras.backend.backend() == "torch":
