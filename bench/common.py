@@ -16,14 +16,15 @@ def add_host_memory_flag(parser):
         "--system-malloc",
         action="store_true",
         help="keep glibc's default malloc options (JAX then page-faults its "
-        "per-step buffers; see keras_attn.reuse_freed_host_memory)",
+        "per-step buffers; see keras_attn_recipes.host_memory)",
     )
 
 
 def select_backend(backend, system_malloc=False):
     """Sets `KERAS_BACKEND`; call before the first `import keras`.
 
-    Unless `system_malloc`, calls `keras_attn.reuse_freed_host_memory`, as
+    Unless `system_malloc`, calls
+    `keras_attn_recipes.host_memory.reuse_freed_host_memory`, as
     the recipes do: on JAX it restarts the script with the malloc options,
     for every model the script then measures.
 
@@ -34,10 +35,10 @@ def select_backend(backend, system_malloc=False):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if system_malloc:
         return "host memory: glibc defaults (--system-malloc)"
-    import keras_attn
+    from keras_attn_recipes.host_memory import reuse_freed_host_memory
 
-    if keras_attn.reuse_freed_host_memory(backend):
-        return "host memory: keras_attn.reuse_freed_host_memory() applied"
+    if reuse_freed_host_memory(backend):
+        return "host memory: reuse_freed_host_memory() applied"
     return f"host memory: allocator defaults ({backend} keeps its own)"
 
 

@@ -12,13 +12,9 @@ Sub-packages, each importable on its own:
 - `keras_attn.saving`: `load_model` with errors that name the file.
 - `keras_attn.text`: tokenizers, tf.data pipelines, BLEU (needs
   `keras-attn[text]`).
-- `keras_attn.reuse_freed_host_memory()`: restart a script (JAX on a CPU)
-  with malloc options under which XLA's per-step buffers reuse memory
-  instead of page-faulting; call it first.
 """
 
 from keras_attn import distribution, generation, layers, models, saving, training
-from keras_attn.host_memory import reuse_freed_host_memory
 
 __version__ = "0.1.0"
 
@@ -27,7 +23,6 @@ __all__ = [
     "generation",
     "layers",
     "models",
-    "reuse_freed_host_memory",
     "saving",
     "training",
     "__version__",

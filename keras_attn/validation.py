@@ -21,6 +21,7 @@ Booleans are never numbers here (`True` is an `int` to Python, but
 truthiness). NumPy scalars are accepted and converted.
 """
 
+import collections.abc
 import math
 import numbers
 
@@ -313,3 +314,29 @@ def check_string_pairs(first, second, first_name, second_name):
     if not first:
         raise ValueError(f"`{first_name}` and `{second_name}` must not be empty.")
     return first, second
+
+
+def check_positive_int_sequence(value, name):
+    """Returns a non-empty sequence of positive integers as a tuple of ints.
+
+    For bucket lists, mesh shapes and lists of batch sizes. Any iterable
+    but a string is accepted (list, tuple, NumPy array); the order is kept.
+
+    Raises:
+        TypeError: if `value` is not an iterable, is a string, or holds
+            anything but integers (booleans and floats included).
+        ValueError: if it is empty or holds an integer below 1.
+    """
+    expected = f"`{name}` must be a non-empty sequence of positive integers."
+    if isinstance(value, (str, bytes)) or not isinstance(
+        value, collections.abc.Iterable
+    ):
+        raise TypeError(
+            f"{expected} {_received(name, value)} of type {_type_name(value)}"
+        )
+    items = tuple(value)
+    if not all(is_integer(item) for item in items):
+        raise TypeError(f"{expected} {_received(name, value)}")
+    if not items or min(items) < 1:
+        raise ValueError(f"{expected} {_received(name, value)}")
+    return tuple(int(item) for item in items)

@@ -33,6 +33,7 @@ from keras_attn_recipes.cli_io import (
     check_output_writable,
     collect_sentences,
 )
+from keras_attn_recipes.host_memory import reuse_freed_host_memory
 from keras_attn_recipes.translation_config import (
     SETTINGS,
     TranslationConfig,
@@ -60,105 +61,112 @@ def _parse_override(text):
     return key.strip(), value
 
 
-def _parse_mesh(text):
+def _select_backend(backend):
+    """`--backend` (else `$KERAS_BACKEND`, else JAX), before Keras loads."""
+    if backend:
+        os.environ["KERAS_BACKEND"] = backend
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _parse_mesh(args, parser):
+    """`--mesh` read by the library's `parse_mesh_shape`, as a usage error.
+
+    `keras_attn` loads Keras, so the backend is chosen first (`main` would
+    choose the same one next).
+    """
+    _select_backend(args.backend)
+    from keras_attn.distribution import parse_mesh_shape
+
     try:
-        shape = tuple(int(n) for n in text.split(","))
-    except ValueError:
-        shape = ()
-    if not 1 <= len(shape) <= 2 or min(shape) < 1:
-        raise argparse.ArgumentTypeError(
-            '--mesh expects positive integers "batch" or "batch,model" '
-            f'(e.g. "2,4"). Received: --mesh {text!r}'
-        )
-    return shape
+        return parse_mesh_shape(args.mesh)
+    except ValueError as error:
+        parser.error(f"argument --mesh: {error}")
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def _add_common_arguments(sub):
+    sub.add_argument(
+        "--backend",
+        choices=("jax", "tensorflow", "torch"),
+        default=None,
+        help="Keras backend (default: $KERAS_BACKEND or jax).",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    sub.add_argument("--output-dir", type=Path, default=Path("runs/multi30k"))
+    sub.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="Directory of {split}.{en,de}[.gz] files "
+        "(default: the vendored Multi30k).",
+    )
 
-    def common(sub):
-        sub.add_argument(
-            "--backend",
-            choices=("jax", "tensorflow", "torch"),
-            default=None,
-            help="Keras backend (default: $KERAS_BACKEND or jax).",
-        )
-        sub.add_argument("--output-dir", type=Path, default=Path("runs/multi30k"))
-        sub.add_argument(
-            "--data-dir",
-            type=Path,
-            default=None,
-            help="Directory of {split}.{en,de}[.gz] files "
-            "(default: the vendored Multi30k).",
-        )
 
-    def training(sub):
-        sub.add_argument("--setting", choices=sorted(SETTINGS), default="quick")
-        sub.add_argument(
-            "--set",
-            dest="overrides",
-            type=_parse_override,
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-        )
-        sub.add_argument(
-            "--distribute",
-            choices=("none", "data", "model"),
-            default="none",
-            help="Spread training over the devices: data parallel, or (JAX "
-            "only) Megatron-style model parallel too. See docs/distribution.md.",
-        )
-        sub.add_argument(
-            "--mesh",
-            type=_parse_mesh,
-            default=None,
-            metavar="BATCH[,MODEL]",
-            help='Device mesh, e.g. "2,4": 2-way data x 4-way model parallel '
-            "(default: every device on the batch axis for data, on the model "
-            "axis for model).",
-        )
+def _add_training_arguments(sub):
+    sub.add_argument("--setting", choices=sorted(SETTINGS), default="quick")
+    sub.add_argument(
+        "--set",
+        dest="overrides",
+        type=_parse_override,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+    )
+    sub.add_argument(
+        "--distribute",
+        choices=("none", "data", "model"),
+        default="none",
+        help="Spread training over the devices: data parallel, or (JAX "
+        "only) Megatron-style model parallel too. See docs/distribution.md.",
+    )
+    sub.add_argument(
+        "--mesh",
+        default=None,
+        metavar="BATCH[,MODEL]",
+        help='Device mesh, e.g. "2,4": 2-way data x 4-way model parallel '
+        "(default: every device on the batch axis for data, on the model "
+        "axis for model).",
+    )
 
-    def evaluation(sub):
-        sub.add_argument("--split", default="test_2016_flickr")
-        sub.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
-        sub.add_argument(
-            "--average-last",
-            type=positive_int,
-            default=None,
-            metavar="N",
-            help="Evaluate the mean weights of the last N epoch checkpoints "
-            "(the paper averages the last 5 or 20). Default: the setting's "
-            "`average_checkpoints` (1 is the final model).",
-        )
 
-    train = commands.add_parser("train", help="Train (resumes if restarted).")
-    common(train)
-    training(train)
-    evaluate = commands.add_parser("evaluate", help="BLEU and chrF on a split.")
-    common(evaluate)
-    evaluation(evaluate)
+def _add_evaluation_arguments(sub):
+    sub.add_argument("--split", default="test_2016_flickr")
+    sub.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
+    sub.add_argument(
+        "--average-last",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="Evaluate the mean weights of the last N epoch checkpoints "
+        "(the paper averages the last 5 or 20). Default: the setting's "
+        "`average_checkpoints` (1 is the final model).",
+    )
+
+
+def _add_translate_command(commands):
     translate = commands.add_parser("translate", help="Translate sentences.")
-    common(translate)
+    _add_common_arguments(translate)
     translate.add_argument("sentences", nargs="*")
     translate.add_argument("--input", type=Path, help="One sentence per line.")
     translate.add_argument("--output", type=Path, help="Write here, not stdout.")
     translate.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
+
+
+def _add_export_command(commands):
     export = commands.add_parser(
         "export", help="Write a SavedModel that translates raw strings."
     )
-    common(export)
+    _add_common_arguments(export)
     export.add_argument("--output", type=Path, required=True, help="SavedModel dir.")
     export.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
+
+
+def _add_save_preset_command(commands):
     preset = commands.add_parser(
         "save-preset",
         help="Write the trained run as a preset (keras_attn.text.Translator."
         "from_preset loads it).",
     )
-    common(preset)
+    _add_common_arguments(preset)
     preset.add_argument(
         "--preset-dir", type=Path, required=True, help="The preset directory."
     )
@@ -180,26 +188,37 @@ def parse_args(argv=None):
     preset.add_argument(
         "--description", default=None, help="One line for list_presets()."
     )
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="Train (resumes if restarted).")
+    _add_common_arguments(train)
+    _add_training_arguments(train)
+    evaluate = commands.add_parser("evaluate", help="BLEU and chrF on a split.")
+    _add_common_arguments(evaluate)
+    _add_evaluation_arguments(evaluate)
+    _add_translate_command(commands)
+    _add_export_command(commands)
+    _add_save_preset_command(commands)
     everything = commands.add_parser("all", help="train, evaluate, translate.")
-    common(everything)
-    training(everything)
-    evaluation(everything)
-    return parser.parse_args(argv)
+    _add_common_arguments(everything)
+    _add_training_arguments(everything)
+    _add_evaluation_arguments(everything)
+    args = parser.parse_args(argv)
+    if getattr(args, "mesh", None) is not None:
+        args.mesh = _parse_mesh(args, parser)
+    return args
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    if args.backend:
-        os.environ["KERAS_BACKEND"] = args.backend
-    os.environ.setdefault("KERAS_BACKEND", "jax")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if argv is None:  # A command-line run (tests call main with arguments).
-        import keras_attn
+def _check_before_work(args):
+    """Everything that can be refused before Keras loads: `(config, sentences)`.
 
-        # Restarts this script (JAX only) with malloc options that let its
-        # per-step CPU buffers reuse memory instead of page-faulting.
-        keras_attn.reuse_freed_host_memory()
-    config = None
+    Exits with an `error: ...` message naming the flag.
+    """
     distribute = getattr(args, "distribute", "none")
     if distribute != "none" and os.environ["KERAS_BACKEND"] == "torch":
         # Refused before any work (keras_attn.distribution.configure says the
@@ -210,6 +229,7 @@ def main(argv=None):
             "keras-attn uses tf.distribute on TensorFlow); on torch, train on "
             "one device (--distribute none). See docs/distribution.md."
         )
+    config = sentences = None
     if args.command in ("train", "all"):
         try:
             config = SETTINGS[args.setting].replace(**dict(args.overrides))
@@ -219,7 +239,6 @@ def main(argv=None):
             check_resumable(config, args.output_dir)
         except ValueError as error:
             sys.exit(f"error: {error}")
-    sentences = None
     if args.command == "translate":
         # Inputs and the output are checked before the model loads.
         try:
@@ -230,6 +249,11 @@ def main(argv=None):
                 check_output_writable(args.output)
         except InputError as error:
             sys.exit(f"error: {error}")
+    return config, sentences
+
+
+def _train_and_evaluate(args, config):
+    """`train`, `evaluate` and `all`."""
     # Imported here so that --backend takes effect before Keras loads.
     from keras_attn_recipes import translation_steps as steps
 
@@ -251,6 +275,12 @@ def main(argv=None):
         )
     if args.command == "all":
         steps.print_translations(args.output_dir, EXAMPLE_SENTENCES, "beam")
+
+
+def _use_trained_run(args, sentences, argv):
+    """`export`, `save-preset` and `translate`."""
+    from keras_attn_recipes import translation_steps as steps
+
     if args.command == "export":
         steps.export(args.output_dir, args.output, args.strategy)
     if args.command == "save-preset":
@@ -271,6 +301,20 @@ def main(argv=None):
             args.output.write_text(text, encoding="utf-8")
         else:
             sys.stdout.write(text)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    _select_backend(args.backend)
+    if argv is None:  # A command-line run (tests call main with arguments).
+        # Restarts this script (JAX only) with malloc options that let its
+        # per-step CPU buffers reuse memory instead of page-faulting.
+        reuse_freed_host_memory()
+    config, sentences = _check_before_work(args)
+    if args.command in ("train", "evaluate", "all"):
+        _train_and_evaluate(args, config)
+    else:
+        _use_trained_run(args, sentences, argv)
 
 
 if __name__ == "__main__":

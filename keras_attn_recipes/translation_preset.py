@@ -78,24 +78,46 @@ def save_preset(
     translator, config = load_translator(output_dir, "beam", average_last)
     if average_last is None:
         average_last = config.average_checkpoints
+    metadata = _metadata(
+        translator.model, config, output_dir, average_last, trained_on, command
+    )
+    if description:  # else the one made from the run
+        metadata["description"] = description
+    translator.model.save_to_preset(
+        preset_dir,
+        tokenizer=translator.tokenizer,
+        metadata=metadata,
+        weights_dtype=dtype,
+    )
+    _report(preset_dir, output_dir, metadata, _scores_stem(average_last))
+    return preset_dir
+
+
+def _scores_stem(average_last):
+    """The scores of exactly these weights (beam search, the same averaging)."""
+    return "test_2016_flickr.beam" + (f".avg{average_last}" if average_last > 1 else "")
+
+
+def _description(model, setting, average_last):
+    averaged = (
+        f", mean of the last {average_last} checkpoints" if average_last > 1 else ""
+    )
+    return (
+        f"English-to-German Transformer ({model.count_params():,} parameters) "
+        f"trained on Multi30k with keras-attn's `{setting or 'custom'}` setting"
+        + averaged
+    )
+
+
+def _metadata(model, config, output_dir, average_last, trained_on, command):
+    """`metadata.json`: versions, recipe, data, decoding and scores."""
     training_path = output_dir / "training.json"
     training = json.loads(training_path.read_text()) if training_path.exists() else {}
     setting = _setting_name(config)
     scores = _scores(output_dir)
-    # The scores of exactly these weights (beam search, the same averaging).
-    stem = "test_2016_flickr.beam" + (f".avg{average_last}" if average_last > 1 else "")
-    model = translator.model
-    metadata = {
-        "description": description
-        or (
-            f"English-to-German Transformer ({model.count_params():,} parameters) "
-            f"trained on Multi30k with keras-attn's `{setting or 'custom'}` setting"
-            + (
-                f", mean of the last {average_last} checkpoints"
-                if average_last > 1
-                else ""
-            )
-        ),
+    stem = _scores_stem(average_last)
+    return {
+        "description": _description(model, setting, average_last),
         "task": "translation",
         "source_language": "en",
         "target_language": "de",
@@ -120,12 +142,10 @@ def save_preset(
         "scores": scores,
         "scores_of_these_weights": stem if stem in scores else None,
     }
-    model.save_to_preset(
-        preset_dir,
-        tokenizer=translator.tokenizer,
-        metadata=metadata,
-        weights_dtype=dtype,
-    )
+
+
+def _report(preset_dir, output_dir, metadata, stem):
+    """Prints the weights' size, and warns where the preset falls short."""
     megabytes = (preset_dir / "model.weights.h5").stat().st_size / 2**20
     print(f"Saved the preset to {preset_dir} ({megabytes:.1f} MB of weights).")
     if megabytes > MAX_WEIGHTS_MEGABYTES:
@@ -135,8 +155,7 @@ def save_preset(
         )
     if metadata["scores_of_these_weights"] is None:
         print(
-            f"Warning: no {stem}.bleu.json in {output_dir}: the preset records no "
-            "score of these weights. Run `evaluate` (with the same --average-last) "
-            "first."
+            f"Warning: no {stem}.bleu.json in {output_dir}: "
+            "the preset records no score of these weights. Run `evaluate` (with "
+            "the same --average-last) first."
         )
-    return preset_dir

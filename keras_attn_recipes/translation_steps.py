@@ -106,11 +106,8 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good backup is kept."""
 
 
-def train(
-    config: TranslationConfig, output_dir, data_dir=None, distribute="none", mesh=None
-):
-    # Before anything is written: a run directory keeps the settings it has.
-    check_resumable(config, output_dir)
+def _configure_distribution(config, distribute, mesh):
+    """`keras_attn.distribution.configure`, refused where this recipe can't run."""
     # First, before anything runs on a device (multi-process set-up needs it).
     distribution = keras_attn.distribution.configure(distribute, mesh_shape=mesh)
     if distribution.num_processes > 1:
@@ -120,25 +117,17 @@ def train(
             f"Received: {distribution.num_processes} processes"
         )
     _check_batches_split_evenly(distribution, config)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "config.json").write_text(
-        json.dumps(dataclasses.asdict(config), indent=2)
-    )
-    keras.utils.set_random_seed(config.seed)
-    sources, targets = _load(data_dir, "train", config.train_pairs)
-    val_sources, val_targets = _load(data_dir, "val", config.evaluation_pairs)
-    print(f"Backend {keras.backend.backend()}; {len(sources)} training pairs.")
-    tokenizer = _tokenizer(config, output_dir, sources, targets)
+    return distribution
 
-    # Each epoch's batch order is a function of (seed, epoch), so a resumed
-    # run trains on the batches an uninterrupted one would have.
-    epoch_shuffle = EpochSeededShuffle()
 
-    def dataset(src, tgt, shuffle):
+def _translation_datasets(config, tokenizer, train_pairs, val_pairs, epoch_shuffle):
+    """The shuffled, bucketed training dataset and the validation one."""
+
+    def dataset(pairs, shuffle):
+        sources, targets = pairs
         return make_translation_dataset(
-            src,
-            tgt,
+            sources,
+            targets,
             tokenizer,
             max_tokens_per_batch=config.max_tokens_per_batch,
             max_length=config.max_length,
@@ -148,74 +137,67 @@ def train(
             shuffle_epoch=epoch_shuffle if shuffle else None,
         )
 
-    train_data = dataset(sources, targets, True)
-    stats = padding_statistics(train_data)
-    print("Padding share of training batches:", json.dumps(stats))
-    batches_per_epoch = stats["batches"]
-    total_updates = config.train_steps or config.epochs * batches_per_epoch
-    print(f"Distribution: {distribution}")
-    # Build, compile and fit in the scope: on JAX it lays out the variables
-    # and shards every batch; on TensorFlow it is the strategy's scope.
-    with distribution.scope():
-        model = build_model(config, tokenizer.vocabulary_size)
-        print(f"Model: {model.count_params():,} parameters.")
-        (output_dir / "checkpoints").mkdir(exist_ok=True)
-        backup = AtomicBackupAndRestore(output_dir / "backup", delete_checkpoint=False)
-        resumed_epochs = backup.completed_epochs()
-        resumed_updates = backup.completed_updates()
-        if resumed_updates is None:  # A backup from before updates were counted.
-            resumed_updates = resumed_epochs * batches_per_epoch
-        if resumed_epochs:
-            print(
-                f"Resuming after epoch {resumed_epochs} ({resumed_updates:,} "
-                f"updates) from {output_dir / 'backup'}."
-            )
-        epochs = fit_epochs(
-            total_updates, batches_per_epoch, resumed_epochs, resumed_updates
-        )
+    return dataset(train_pairs, True), dataset(val_pairs, False)
+
+
+def _resumed_epochs_and_updates(backup, batches_per_epoch, output_dir):
+    resumed_epochs = backup.completed_epochs()
+    resumed_updates = backup.completed_updates()
+    if resumed_updates is None:  # A backup from before updates were counted.
+        resumed_updates = resumed_epochs * batches_per_epoch
+    if resumed_epochs:
         print(
-            f"Training for {total_updates:,} updates: {epochs} epochs of "
-            f"{batches_per_epoch} batches (the last one cut short where needed)."
+            f"Resuming after epoch {resumed_epochs} ({resumed_updates:,} "
+            f"updates) from {output_dir / 'backup'}."
         )
-        callbacks = [
-            epoch_shuffle,
-            backup,
-            # After the backup, whose restored update count it starts from;
-            # before CSVLogger, which then records `updates` per epoch.
-            UpdateBudget(
-                total_updates,
-                log_path=output_dir / "updates.csv",
-                learning_rate=learning_rate_schedule(config, model.hidden_dim),
-            ),
-            keras.callbacks.ModelCheckpoint(
-                str(output_dir / "checkpoints" / "epoch_{epoch:03d}.keras")
-            ),
-            keras.callbacks.CSVLogger(str(output_dir / "history.csv"), append=True),
-            keras.callbacks.TensorBoard(str(output_dir / "logs"), update_freq=50),
-            # Raising (not just stopping) skips the end-of-epoch saves, so the
-            # backup and checkpoints keep the last finite weights.
-            keras.callbacks.TerminateOnNaN(raise_error=True),
-            time_budget_callback(config.time_budget_minutes),
-        ]
-        start = time.time()
-        try:
-            model.fit(
-                train_data,
-                validation_data=dataset(val_sources, val_targets, False),
-                epochs=epochs,
-                callbacks=callbacks,
-                verbose=2 if config.preset == "transformer_tiny" else "auto",
-            )
-        except RuntimeError as error:
-            if "NaN or Inf loss" not in str(error):
-                raise
-            raise TrainingDiverged(
-                f"Training stopped: {error} The last good state (after epoch "
-                f"{backup.completed_epochs()}) is kept in {output_dir / 'backup'} "
-                "and the checkpoints; lower the learning rate (--set "
-                "learning_rate_scale=...) and run `train` again to resume."
-            ) from error
-    minutes = (time.time() - start) / 60
+    return resumed_epochs, resumed_updates
+
+
+def _training_callbacks(config, output_dir, model, epoch_shuffle, backup, updates):
+    return [
+        epoch_shuffle,
+        backup,
+        # After the backup, whose restored update count it starts from;
+        # before CSVLogger, which then records `updates` per epoch.
+        UpdateBudget(
+            updates,
+            log_path=output_dir / "updates.csv",
+            learning_rate=learning_rate_schedule(config, model.hidden_dim),
+        ),
+        keras.callbacks.ModelCheckpoint(
+            str(output_dir / "checkpoints" / "epoch_{epoch:03d}.keras")
+        ),
+        keras.callbacks.CSVLogger(str(output_dir / "history.csv"), append=True),
+        keras.callbacks.TensorBoard(str(output_dir / "logs"), update_freq=50),
+        # Raising (not just stopping) skips the end-of-epoch saves, so the
+        # backup and checkpoints keep the last finite weights.
+        keras.callbacks.TerminateOnNaN(raise_error=True),
+        time_budget_callback(config.time_budget_minutes),
+    ]
+
+
+def _fit(model, train_data, validation_data, epochs, callbacks, backup, config):
+    """`model.fit`; a NaN loss becomes `TrainingDiverged`, naming the backup."""
+    try:
+        model.fit(
+            train_data,
+            validation_data=validation_data,
+            epochs=epochs,
+            callbacks=callbacks,
+            verbose=2 if config.preset == "transformer_tiny" else "auto",
+        )
+    except RuntimeError as error:
+        if "NaN or Inf loss" not in str(error):
+            raise
+        raise TrainingDiverged(
+            f"Training stopped: {error} The last good state (after epoch "
+            f"{backup.completed_epochs()}) is kept in {backup.backup_dir} "
+            "and the checkpoints; lower the learning rate (--set "
+            "learning_rate_scale=...) and run `train` again to resume."
+        ) from error
+
+
+def _save_results(model, output_dir, minutes):
     model.save(output_dir / "model.keras")
     plot_learning_curves(
         output_dir / "history.csv",
@@ -229,6 +211,57 @@ def train(
     }
     (output_dir / "training.json").write_text(json.dumps(summary, indent=2))
     print(f"Trained for {minutes:.1f} min; saved {output_dir / 'model.keras'}.")
+
+
+def train(
+    config: TranslationConfig, output_dir, data_dir=None, distribute="none", mesh=None
+):
+    # Before anything is written: a run directory keeps the settings it has.
+    check_resumable(config, output_dir)
+    distribution = _configure_distribution(config, distribute, mesh)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "config.json").write_text(
+        json.dumps(dataclasses.asdict(config), indent=2)
+    )
+    keras.utils.set_random_seed(config.seed)
+    train_pairs = _load(data_dir, "train", config.train_pairs)
+    val_pairs = _load(data_dir, "val", config.evaluation_pairs)
+    print(f"Backend {keras.backend.backend()}; {len(train_pairs[0])} training pairs.")
+    tokenizer = _tokenizer(config, output_dir, *train_pairs)
+    # Each epoch's batch order is a function of (seed, epoch), so a resumed
+    # run trains on the batches an uninterrupted one would have.
+    epoch_shuffle = EpochSeededShuffle()
+    train_data, validation_data = _translation_datasets(
+        config, tokenizer, train_pairs, val_pairs, epoch_shuffle
+    )
+    stats = padding_statistics(train_data)
+    print("Padding share of training batches:", json.dumps(stats))
+    batches_per_epoch = stats["batches"]
+    total_updates = config.train_steps or config.epochs * batches_per_epoch
+    print(f"Distribution: {distribution}")
+    # Build, compile and fit in the scope: on JAX it lays out the variables
+    # and shards every batch; on TensorFlow it is the strategy's scope.
+    with distribution.scope():
+        model = build_model(config, tokenizer.vocabulary_size)
+        print(f"Model: {model.count_params():,} parameters.")
+        (output_dir / "checkpoints").mkdir(exist_ok=True)
+        backup = AtomicBackupAndRestore(output_dir / "backup", delete_checkpoint=False)
+        epochs = fit_epochs(
+            total_updates,
+            batches_per_epoch,
+            *_resumed_epochs_and_updates(backup, batches_per_epoch, output_dir),
+        )
+        print(
+            f"Training for {total_updates:,} updates: {epochs} epochs of "
+            f"{batches_per_epoch} batches (the last one cut short where needed)."
+        )
+        callbacks = _training_callbacks(
+            config, output_dir, model, epoch_shuffle, backup, total_updates
+        )
+        start = time.time()
+        _fit(model, train_data, validation_data, epochs, callbacks, backup, config)
+    _save_results(model, output_dir, (time.time() - start) / 60)
     return model
 
 

@@ -11,6 +11,8 @@ import os
 import time
 from pathlib import Path
 
+from keras_attn_recipes.host_memory import reuse_freed_host_memory
+
 
 def add_common_arguments(parser, default_output_dir):
     parser.add_argument(
@@ -66,7 +68,7 @@ def select_backend(backend, restart=False):
 
     With `restart=True` (a command-line run, not a call from a test), the
     JAX backend then re-executes the script with the malloc options of
-    `keras_attn.reuse_freed_host_memory`, so that its per-step CPU buffers
+    `keras_attn_recipes.host_memory`, so that its per-step CPU buffers
     reuse memory instead of page-faulting (docs/performance.md).
     """
     if backend:
@@ -81,9 +83,7 @@ def select_backend(backend, restart=False):
             f"with the {keras.backend.backend()} backend in this process."
         )
     if restart:
-        import keras_attn
-
-        keras_attn.reuse_freed_host_memory()
+        reuse_freed_host_memory()
     return keras.backend.backend()
 
 

@@ -23,13 +23,9 @@ and a small `"check"`: a score on a few held-out examples that
 import argparse
 import importlib.resources
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from keras_attn_recipes.zoo_common import select_backend  # noqa: E402
+from keras_attn_recipes.zoo_common import select_backend
 
 CHECK_EXAMPLES = {"vit": 64, "classifier": 32, "lm": 64}
 

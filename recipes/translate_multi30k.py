@@ -2,17 +2,16 @@
 
 A thin wrapper over `keras_attn_recipes.translate_multi30k` (installed as
 the console script `keras-attn-translate`), so that a checkout runs the
-same command line: `python recipes/translate_multi30k.py --help`.
+same command line: `python recipes/translate_multi30k.py --help`. The
+recipes import `keras_attn` and `keras_attn_recipes` as installed packages
+(`bash scripts/setup.sh` installs the checkout in editable mode), not
+through `sys.path`.
 """
 
 import sys
 import time
-from pathlib import Path
 
-# The checkout's packages, ahead of any installed copy.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from keras_attn_recipes.translate_multi30k import (  # noqa: E402
+from keras_attn_recipes.translate_multi30k import (
     TranslationConfig,
     main,
     parse_args,

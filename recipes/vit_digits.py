@@ -15,14 +15,9 @@ the trained model, and writes into `--output-dir`: `model.keras`,
 
 import argparse
 import dataclasses
-import sys
 import time
-from pathlib import Path
 
-# The checkout's packages (keras_attn_recipes holds what recipes share).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from keras_attn_recipes.zoo_common import (  # noqa: E402
+from keras_attn_recipes.zoo_common import (
     add_common_arguments,
     fit_steps_per_execution,
     pad_to_batches,

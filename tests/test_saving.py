@@ -43,8 +43,25 @@ def test_archive_with_corrupt_weights_is_named(saved_model, tmp_path):
             if item.filename.endswith(".h5"):
                 data = data[: len(data) // 3]
             target.writestr(item, data)
-    with pytest.raises(ValueError, match=f"{corrupt} cannot be loaded"):
+    with pytest.raises(Exception, match=f"{corrupt} cannot be loaded") as info:
         keras_attn.saving.load_model(corrupt)
+    # The error keeps the type Keras raised (h5py's, not a blanket
+    # ValueError), with Keras's error chained as its cause.
+    cause = info.value.__cause__
+    assert cause is not None and type(info.value) is type(cause)
+    assert str(cause) in str(info.value)
+
+
+def test_filepath_of_the_wrong_type_is_a_type_error():
+    with pytest.raises(TypeError, match="`filepath` must be .*Received: filepath=123"):
+        keras_attn.saving.load_model(123)
+
+
+@pytest.mark.parametrize("name", ["compile", "safe_mode"])
+def test_flags_must_be_booleans(saved_model, name):
+    path, _ = saved_model
+    with pytest.raises(TypeError, match=f"Received: {name}='no'"):
+        keras_attn.saving.load_model(path, **{name: "no"})
 
 
 def test_missing_file_and_wrong_suffix_are_named(tmp_path):
@@ -61,8 +78,9 @@ def test_lambda_layer_is_refused_in_safe_mode(tmp_path):
     outputs = keras.layers.Lambda(lambda x: x * 2.0)(inputs)
     path = tmp_path / "lambda.keras"
     keras.Model(inputs, outputs).save(path)
-    with pytest.raises(ValueError, match=f"{path} cannot be loaded.*safe_mode"):
+    with pytest.raises(ValueError, match=f"{path} cannot be loaded.*safe_mode") as info:
         keras_attn.saving.load_model(path)
+    assert isinstance(info.value.__cause__, ValueError)
     # Only when the user opts out, knowing where the file comes from.
     model = keras_attn.saving.load_model(path, safe_mode=False)
     np.testing.assert_allclose(model(np.ones((1, 4), "float32")), 2.0)

@@ -1,9 +1,16 @@
 """One call that spreads training over devices, whatever the Keras backend."""
 
+import collections.abc
 import contextlib
-import numbers
 
 import keras
+
+from keras_attn.validation import (
+    check_choice,
+    check_positive_int,
+    check_positive_int_sequence,
+    is_integer,
+)
 
 KINDS = ("none", "data", "model")
 
@@ -86,9 +93,8 @@ class TrainingDistribution:
         Returns:
             `batch_size`, unchanged.
         """
-        sizes = [batch_size] if isinstance(batch_size, numbers.Integral) else batch_size
-        sizes = list(sizes)
-        bad = [size for size in sizes if int(size) % self.num_replicas]
+        sizes = _check_batch_sizes(batch_size, name)
+        bad = [size for size in sizes if size % self.num_replicas]
         if bad:
             received = batch_size if len(sizes) == 1 else sorted(set(sizes))
             raise ValueError(
@@ -110,6 +116,13 @@ class TrainingDistribution:
             f"mesh_shape={self.mesh_shape} num_replicas={self.num_replicas} "
             f"num_processes={self.num_processes} process_id={self.process_id}>"
         )
+
+
+def _check_batch_sizes(batch_size, name):
+    """`batch_size` (an int or an iterable of them) as a list of positive ints."""
+    if is_integer(batch_size):
+        return [check_positive_int(batch_size, name)]
+    return list(check_positive_int_sequence(batch_size, name))
 
 
 def parse_mesh_shape(text):
@@ -140,16 +153,119 @@ def _check_mesh_shape(mesh_shape):
         return None
     if isinstance(mesh_shape, str):
         return parse_mesh_shape(mesh_shape)
-    shape = tuple(mesh_shape)
-    if not shape or not all(
-        isinstance(n, numbers.Integral) and not isinstance(n, bool) and n > 0
-        for n in shape
+    expected = (
+        "`mesh_shape` must be a tuple of positive integers, (batch,) or "
+        f"(batch, model). Received: mesh_shape={mesh_shape!r}"
+    )
+    if not isinstance(mesh_shape, collections.abc.Iterable) or not all(
+        is_integer(n) for n in mesh_shape
     ):
-        raise ValueError(
-            "`mesh_shape` must be a tuple of positive integers, (batch,) or "
-            f"(batch, model). Received: mesh_shape={mesh_shape!r}"
+        raise TypeError(expected)
+    shape = tuple(int(n) for n in mesh_shape)
+    if not 1 <= len(shape) <= 2 or min(shape) < 1:
+        raise ValueError(expected)
+    return shape
+
+
+def _check_devices(devices):
+    if devices is None:
+        return None
+    expected = (
+        "`devices` must be a non-empty list of device names such as "
+        f"['gpu:0', 'gpu:1']. Received: devices={devices!r}"
+    )
+    if isinstance(devices, str) or not isinstance(devices, collections.abc.Iterable):
+        raise TypeError(expected)
+    devices = list(devices)
+    if not all(isinstance(device, str) for device in devices):
+        raise TypeError(expected)
+    if not devices:
+        raise ValueError(expected)
+    return devices
+
+
+def _check_arguments(kind, mesh_shape, devices, layout_map, tf_strategy, backend):
+    """The arguments checked against each other; returns them canonical."""
+    kind = check_choice(kind, "kind", KINDS)
+    mesh_shape = _check_mesh_shape(mesh_shape)
+    if layout_map is not None and not callable(layout_map):
+        raise TypeError(
+            "`layout_map` must be a callable `device_mesh -> "
+            f"keras.distribution.LayoutMap`. Received: layout_map={layout_map!r}"
         )
-    return tuple(int(n) for n in shape)
+    if kind == "none":
+        for name, value in (("mesh_shape", mesh_shape), ("devices", devices)):
+            if value is not None:
+                raise ValueError(
+                    f"`{name}` applies to kind='data' or kind='model'. "
+                    f"Received: kind='none', {name}={value!r}"
+                )
+    devices = _check_devices(devices)
+    if tf_strategy is not None and (backend != "tensorflow" or kind != "data"):
+        raise ValueError(
+            "`tf_strategy` needs the TensorFlow backend and kind='data'. "
+            f"Received: tf_strategy={type(tf_strategy).__name__}, kind={kind!r}, "
+            f"backend={backend!r}"
+        )
+    return kind, mesh_shape, devices
+
+
+def _configure_jax(kind, mesh_shape, devices, layout_map):
+    from keras_attn.distribution import jax_setup
+
+    jax_setup.maybe_initialize_multi_process()
+    distribution, mesh_shape = jax_setup.make_keras_distribution(
+        kind, mesh_shape, devices, layout_map
+    )
+    num_processes, process_id = jax_setup.process_info()
+    return TrainingDistribution(
+        kind,
+        "jax",
+        mesh_shape,
+        num_processes,
+        process_id,
+        keras_distribution=distribution,
+    )
+
+
+def _configure_tensorflow(kind, mesh_shape, devices, tf_strategy):
+    if kind == "model":
+        raise ValueError(
+            "`kind='model'` (model parallelism) is only supported on the JAX "
+            "backend (keras.distribution.ModelParallel); on TensorFlow use "
+            "kind='data'. Received: kind='model' with KERAS_BACKEND=tensorflow"
+        )
+    from keras_attn.distribution import tensorflow_setup
+
+    if tf_strategy is None:
+        tf_strategy = tensorflow_setup.make_strategy(mesh_shape, devices)
+    else:
+        tensorflow_setup.check_mesh_shape(mesh_shape, tf_strategy)
+    num_processes, process_id = tensorflow_setup.process_info(tf_strategy)
+    return TrainingDistribution(
+        kind,
+        "tensorflow",
+        (tf_strategy.num_replicas_in_sync,),
+        num_processes,
+        process_id,
+        tf_strategy=tf_strategy,
+    )
+
+
+def _unsupported_backend_error(kind, backend):
+    if backend == "torch":
+        return ValueError(
+            f"`kind={kind!r}` is not available on the torch backend: Keras "
+            "implements `keras.distribution` for JAX only (and keras-attn uses "
+            "tf.distribute on TensorFlow), and keras-attn does not add a data- "
+            "or model-parallel layer of its own. Train with kind='none' on "
+            "torch, or use KERAS_BACKEND=jax or tensorflow to distribute. "
+            "Received: KERAS_BACKEND=torch"
+        )
+    return ValueError(
+        f"`kind={kind!r}` needs the JAX or TensorFlow backend. "
+        f"Received: KERAS_BACKEND={backend}"
+    )
 
 
 def configure(
@@ -209,80 +325,14 @@ def configure(
         model.fit(dataset, epochs=1)
     ```
     """
-    if kind not in KINDS:
-        raise ValueError(f"`kind` must be one of {KINDS}. Received: kind={kind!r}")
-    mesh_shape = _check_mesh_shape(mesh_shape)
     backend = keras.backend.backend()
-    if kind == "none":
-        for name, value in (("mesh_shape", mesh_shape), ("devices", devices)):
-            if value is not None:
-                raise ValueError(
-                    f"`{name}` applies to kind='data' or kind='model'. "
-                    f"Received: kind='none', {name}={value!r}"
-                )
-        return TrainingDistribution("none", backend, (1,))
-    if devices is not None and (isinstance(devices, str) or not list(devices)):
-        raise ValueError(
-            "`devices` must be a non-empty list of device names such as "
-            f"['gpu:0', 'gpu:1']. Received: devices={devices!r}"
-        )
-    if tf_strategy is not None and (backend != "tensorflow" or kind != "data"):
-        raise ValueError(
-            "`tf_strategy` needs the TensorFlow backend and kind='data'. "
-            f"Received: tf_strategy={type(tf_strategy).__name__}, kind={kind!r}, "
-            f"backend={backend!r}"
-        )
-
-    if backend == "jax":
-        from keras_attn.distribution import jax_setup
-
-        jax_setup.maybe_initialize_multi_process()
-        distribution, mesh_shape = jax_setup.make_keras_distribution(
-            kind, mesh_shape, devices, layout_map
-        )
-        num_processes, process_id = jax_setup.process_info()
-        return TrainingDistribution(
-            kind,
-            backend,
-            mesh_shape,
-            num_processes,
-            process_id,
-            keras_distribution=distribution,
-        )
-
-    if backend == "tensorflow":
-        if kind == "model":
-            raise ValueError(
-                "`kind='model'` (model parallelism) is only supported on the JAX "
-                "backend (keras.distribution.ModelParallel); on TensorFlow use "
-                "kind='data'. Received: kind='model' with KERAS_BACKEND=tensorflow"
-            )
-        from keras_attn.distribution import tensorflow_setup
-
-        if tf_strategy is None:
-            tf_strategy = tensorflow_setup.make_strategy(mesh_shape, devices)
-        else:
-            tensorflow_setup.check_mesh_shape(mesh_shape, tf_strategy)
-        num_processes, process_id = tensorflow_setup.process_info(tf_strategy)
-        return TrainingDistribution(
-            kind,
-            backend,
-            (tf_strategy.num_replicas_in_sync,),
-            num_processes,
-            process_id,
-            tf_strategy=tf_strategy,
-        )
-
-    if backend == "torch":
-        raise ValueError(
-            f"`kind={kind!r}` is not available on the torch backend: Keras "
-            "implements `keras.distribution` for JAX only (and keras-attn uses "
-            "tf.distribute on TensorFlow), and keras-attn does not add a data- "
-            "or model-parallel layer of its own. Train with kind='none' on "
-            "torch, or use KERAS_BACKEND=jax or tensorflow to distribute. "
-            "Received: KERAS_BACKEND=torch"
-        )
-    raise ValueError(
-        f"`kind={kind!r}` needs the JAX or TensorFlow backend. "
-        f"Received: KERAS_BACKEND={backend}"
+    kind, mesh_shape, devices = _check_arguments(
+        kind, mesh_shape, devices, layout_map, tf_strategy, backend
     )
+    if kind == "none":
+        return TrainingDistribution("none", backend, (1,))
+    if backend == "jax":
+        return _configure_jax(kind, mesh_shape, devices, layout_map)
+    if backend == "tensorflow":
+        return _configure_tensorflow(kind, mesh_shape, devices, tf_strategy)
+    raise _unsupported_backend_error(kind, backend)

@@ -1,6 +1,9 @@
 """A trained translator as a SavedModel: raw text in, text out."""
 
+import collections.abc
+import dataclasses
 import json
+import os
 from pathlib import Path
 
 import keras
@@ -8,9 +11,17 @@ import tensorflow as tf
 
 from keras_attn.export.jax_stablehlo import tensorflow_compatible_stablehlo
 from keras_attn.export.tensorflow_process import export_in_tensorflow_process
-from keras_attn.generation.beam_search import beam_search, check_beam_search_args
+from keras_attn.generation.beam_search import beam_search
 from keras_attn.generation.decoding_loop import MAX_LENGTH_OFFSET
 from keras_attn.generation.greedy_search import greedy_search
+from keras_attn.validation import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_positive_int,
+    check_positive_int_sequence,
+)
 
 STRATEGIES = ("beam", "greedy")
 # The smallest source-length bucket; the others double up to the maximum.
@@ -31,39 +42,21 @@ def default_source_length_buckets(max_source_length):
 
 def _check_buckets(buckets, name, smallest_largest=None):
     """Sorted, distinct positive ints; the largest at least `smallest_largest`."""
-    if isinstance(buckets, (int, str)) or not buckets:
-        raise ValueError(
-            f"`{name}` must be a non-empty sequence of positive integers. "
-            f"Received: {name}={buckets!r}"
-        )
-    for size in buckets:
-        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-            raise ValueError(
-                f"`{name}` must contain only positive integers. "
-                f"Received: {name}={buckets!r}"
-            )
-    buckets = tuple(sorted(set(buckets)))
-    if smallest_largest is not None and buckets[-1] < smallest_largest:
+    checked = tuple(sorted(set(check_positive_int_sequence(buckets, name))))
+    if smallest_largest is not None and checked[-1] < smallest_largest:
         raise ValueError(
             f"The largest of `{name}` must be at least max_source_length="
             f"{smallest_largest}, so that every (truncated) source fits. "
             f"Received: {name}={buckets!r}"
         )
-    return buckets
+    return checked
 
 
 def _check_max_source_length(model, max_source_length):
     if max_source_length is None:
         return int(model.max_sequence_length)
-    if (
-        isinstance(max_source_length, bool)
-        or not isinstance(max_source_length, int)
-        or max_source_length < 2
-    ):
-        raise ValueError(
-            "`max_source_length` must be an integer >= 2 (one token and the "
-            f"end id). Received: max_source_length={max_source_length!r}"
-        )
+    # Two ids at least: one token and the end id.
+    max_source_length = check_int(max_source_length, "max_source_length", min_value=2)
     if model.position == "learned" and max_source_length > model.max_sequence_length:
         raise ValueError(
             "`max_source_length` must be at most the model's "
@@ -71,6 +64,91 @@ def _check_max_source_length(model, max_source_length):
             f"positions. Received: max_source_length={max_source_length}"
         )
     return max_source_length
+
+
+def _check_jax_platforms(jax_platforms, backend):
+    if jax_platforms is None:
+        return None
+    if backend != "jax":
+        raise ValueError(
+            "`jax_platforms` applies to the JAX backend only. Received: "
+            f"jax_platforms={jax_platforms!r} with KERAS_BACKEND={backend}"
+        )
+    expected = (
+        "`jax_platforms` must be a non-empty sequence of platform names such "
+        f"as ('cpu', 'cuda'). Received: jax_platforms={jax_platforms!r}"
+    )
+    if isinstance(jax_platforms, str) or not isinstance(
+        jax_platforms, collections.abc.Iterable
+    ):
+        raise TypeError(expected)
+    jax_platforms = tuple(jax_platforms)
+    if not all(isinstance(platform, str) for platform in jax_platforms):
+        raise TypeError(expected)
+    if not jax_platforms:
+        raise ValueError(expected)
+    return tuple(jax_platforms)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ExportSettings:
+    """`export_translator`'s arguments, checked and resolved."""
+
+    strategy: str
+    # Beam search's `beam_size` and `length_penalty_alpha`; empty for greedy.
+    search_options: dict
+    max_source_length: int
+    source_length_buckets: tuple | None
+    batch_size_buckets: tuple | None
+    jax_platforms: tuple | None
+
+
+def _check_model_and_directory(model, tokenizer, directory):
+    if tokenizer.vocabulary_size != model.vocabulary_size:
+        raise ValueError(
+            "The tokenizer and the model disagree on the vocabulary size. "
+            f"Received: tokenizer.vocabulary_size={tokenizer.vocabulary_size}, "
+            f"model.vocabulary_size={model.vocabulary_size}"
+        )
+    if not isinstance(directory, (str, os.PathLike)):
+        raise TypeError(
+            "`directory` must be a `str` or `pathlib.Path`. Received: "
+            f"directory={directory!r} of type {type(directory).__name__}"
+        )
+
+
+def _check_search(strategy, beam_size, length_penalty_alpha):
+    """`(strategy, search_options)`; the options are beam search's, or none."""
+    strategy = check_choice(strategy, "strategy", STRATEGIES)
+    if strategy != "beam":
+        return strategy, {}
+    return strategy, {
+        "beam_size": check_positive_int(beam_size, "beam_size"),
+        "length_penalty_alpha": check_float(
+            length_penalty_alpha, "length_penalty_alpha", min_value=0.0
+        ),
+    }
+
+
+def _is_auto(value):
+    return isinstance(value, str) and value == "auto"
+
+
+def _check_padding(model, max_source_length, source_buckets, batch_buckets):
+    """`(max_source_length, source_length_buckets, batch_size_buckets)`."""
+    max_source_length = _check_max_source_length(model, max_source_length)
+    if _is_auto(source_buckets):
+        source_buckets = default_source_length_buckets(max_source_length)
+    elif source_buckets is not None:
+        source_buckets = _check_buckets(
+            source_buckets, "source_length_buckets", max_source_length
+        )
+    if _is_auto(batch_buckets):
+        on_jax = keras.backend.backend() == "jax"
+        batch_buckets = JAX_BATCH_SIZE_BUCKETS if on_jax else None
+    elif batch_buckets is not None:
+        batch_buckets = _check_buckets(batch_buckets, "batch_size_buckets")
+    return max_source_length, source_buckets, batch_buckets
 
 
 def _smallest_bucket_index(buckets, value):
@@ -186,8 +264,12 @@ class _TextFunctions:
         return {"translations": texts, "scores": scores}
 
 
-def _decoding_function(model, tokenizer, strategy, options):
-    search = beam_search if strategy == "beam" else greedy_search
+def _decoding_function(model, tokenizer, settings, max_length=None):
+    """`encoder_tokens -> {"tokens", "scores"}` with the chosen search."""
+    search = beam_search if settings.strategy == "beam" else greedy_search
+    options = dict(settings.search_options)
+    if max_length is not None:
+        options["max_length"] = max_length
 
     def generate(encoder_tokens):
         outputs = search(
@@ -200,6 +282,154 @@ def _decoding_function(model, tokenizer, strategy, options):
         return {"tokens": outputs["tokens"], "scores": outputs["scores"]}
 
     return generate
+
+
+def _logits_function(model):
+    """The teacher-forced forward pass, `(encoder, decoder) -> {"logits"}`."""
+
+    def logits(encoder_tokens, decoder_tokens):
+        inputs = {"encoder_tokens": encoder_tokens, "decoder_tokens": decoder_tokens}
+        return {"logits": model(inputs, training=False)}
+
+    return logits
+
+
+def _assert_valid_tokens(tokens, name, model):
+    """In-graph checks of one int32 `(batch, length)` input; returns the ops."""
+    vocabulary_size = model.vocabulary_size
+    expected = f"`{name}` must hold token ids in [0, vocabulary_size={vocabulary_size})"
+    checks = [
+        tf.debugging.assert_non_negative(tokens, message=expected),
+        tf.debugging.assert_less(
+            tokens, tf.constant(vocabulary_size, tokens.dtype), message=expected
+        ),
+    ]
+    if model.position == "learned":
+        checks.append(
+            tf.debugging.assert_less_equal(
+                tf.shape(tokens)[1],
+                model.max_sequence_length,
+                message=f"`{name}` must have at most max_sequence_length="
+                f"{model.max_sequence_length} positions (learned positions)",
+            )
+        )
+    return checks
+
+
+def _checked_logits(model, unchecked):
+    """`logits` with the input checks in front of the unchecked endpoint."""
+
+    def logits(encoder_tokens, decoder_tokens):
+        checks = _assert_valid_tokens(encoder_tokens, "encoder_tokens", model)
+        checks += _assert_valid_tokens(decoder_tokens, "decoder_tokens", model)
+        checks.append(
+            tf.debugging.assert_equal(
+                tf.shape(encoder_tokens)[0],
+                tf.shape(decoder_tokens)[0],
+                message="`encoder_tokens` and `decoder_tokens` must have the "
+                "same batch size",
+            )
+        )
+        with tf.control_dependencies(checks):
+            return unchecked(encoder_tokens, decoder_tokens)
+
+    return logits
+
+
+def _checked_generate(model, unchecked):
+    """`generate_<bucket>` with the input checks in front of the unchecked one."""
+
+    def generate(encoder_tokens):
+        checks = _assert_valid_tokens(encoder_tokens, "encoder_tokens", model)
+        with tf.control_dependencies(checks):
+            return unchecked(encoder_tokens)
+
+    return generate
+
+
+def _add_checked_endpoint(archive, name, function, input_signature):
+    endpoint = tf.function(function, input_signature=input_signature)
+    endpoint.get_concrete_function()  # traced now, under the StableHLO patch
+    archive.add_endpoint(name, endpoint)
+
+
+def _add_model_endpoints(archive, model, tokenizer, settings):
+    """`logits` and `generate_*`, each also `unchecked_*`.
+
+    Returns:
+        dict source bucket (or `None`) -> the unchecked `generate` endpoint.
+    """
+    endpoint_options = {}
+    if keras.backend.backend() == "jax":
+        jax2tf_kwargs = {"with_gradient": False}
+        if settings.jax_platforms is not None:
+            jax2tf_kwargs["native_serialization_platforms"] = settings.jax_platforms
+        endpoint_options["jax2tf_kwargs"] = jax2tf_kwargs
+    tokens = keras.InputSpec(shape=(None, None), dtype="int32")
+    unchecked = archive.add_endpoint(
+        "unchecked_logits",
+        _logits_function(model),
+        input_signature=[tokens, tokens],
+        **endpoint_options,
+    )
+    signature = [tf.TensorSpec((None, None), tf.int32)] * 2
+    _add_checked_endpoint(
+        archive, "logits", _checked_logits(model, unchecked), signature
+    )
+    generate = {}
+    for bucket in settings.source_length_buckets or (None,):
+        # Without buckets, one function for every length, capped at the
+        # longest source's output length.
+        max_length = None
+        if bucket is None:
+            max_length = settings.max_source_length + MAX_LENGTH_OFFSET
+        name = "generate" if bucket is None else f"generate_{bucket}"
+        generate[bucket] = archive.add_endpoint(
+            f"unchecked_{name}",
+            _decoding_function(model, tokenizer, settings, max_length),
+            input_signature=[keras.InputSpec(shape=(None, bucket), dtype="int32")],
+            **endpoint_options,
+        )
+        _add_checked_endpoint(
+            archive,
+            name,
+            _checked_generate(model, generate[bucket]),
+            [tf.TensorSpec((None, bucket), tf.int32)],
+        )
+    return generate
+
+
+def _add_text_endpoints(archive, tokenizer, generate, settings):
+    """`tokenize` and `serving_default`: strings in, ids or texts out."""
+    text = _TextFunctions(
+        tokenizer,
+        generate,
+        settings.max_source_length,
+        settings.source_length_buckets,
+        settings.batch_size_buckets,
+    )
+    strings = [tf.TensorSpec(shape=(None,), dtype=tf.string, name="sentences")]
+    _add_checked_endpoint(archive, "tokenize", text.tokenize, strings)
+    _add_checked_endpoint(archive, "serving_default", text.translate, strings)
+
+
+def _write_assets(directory, tokenizer, settings, signatures):
+    """The tokenizer's files and the export's settings in `assets.extra/`."""
+    extra = directory / "assets.extra"
+    tokenizer.save(extra / "tokenizer")
+    description = {
+        "strategy": settings.strategy,
+        **settings.search_options,
+        "max_source_length": settings.max_source_length,
+        "source_length_buckets": settings.source_length_buckets,
+        "batch_size_buckets": settings.batch_size_buckets,
+        "max_output_length": f"source bucket + {MAX_LENGTH_OFFSET}",
+        "keras_backend": keras.backend.backend(),
+        "keras_version": keras.__version__,
+        "tensorflow_version": tf.__version__,
+        "signatures": signatures,
+    }
+    (extra / CONFIG_FILE).write_text(json.dumps(description, indent=2) + "\n")
 
 
 def export_translator(
@@ -257,6 +487,18 @@ def export_translator(
         - `generate_<bucket>` (or `generate` without buckets):
           `encoder_tokens` (int32 `(batch, bucket)`) -> `tokens` (int32
           `(batch, bucket + 50)`) and `scores`.
+        - `unchecked_logits`, `unchecked_generate_<bucket>`: the same
+          without the input checks below (`serving_default` calls them:
+          its ids come from the tokenizer, valid by construction).
+
+    Input checks: a call with the wrong dtype or rank is refused by the
+    signature itself. Inside the graph, `logits` and `generate_*` check
+    that every id lies in `[0, vocabulary_size)`, that both inputs of
+    `logits` have the same batch size, and (learned positions) that no
+    sequence is longer than the model's `max_sequence_length`; a failed
+    check raises `tf.errors.InvalidArgumentError` whose message names the
+    input and what was expected, on every backend (a compiled call cannot
+    raise otherwise: an id out of range would give a silent result).
 
     Args:
         model: a trained `keras_attn.models.Transformer`.
@@ -296,123 +538,40 @@ def export_translator(
     ...     sentences=tf.constant(["A dog runs."]))["translations"]
     <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'Ein Hund rennt.'], ...)>
     """
-    if tokenizer.vocabulary_size != model.vocabulary_size:
-        raise ValueError(
-            "The tokenizer and the model disagree on the vocabulary size. "
-            f"Received: tokenizer.vocabulary_size={tokenizer.vocabulary_size}, "
-            f"model.vocabulary_size={model.vocabulary_size}"
-        )
-    if strategy not in STRATEGIES:
-        raise ValueError(
-            f"`strategy` must be one of {STRATEGIES}. Received: strategy={strategy!r}"
-        )
-    options = {}
-    if strategy == "beam":
-        check_beam_search_args(beam_size, length_penalty_alpha)
-        options = dict(beam_size=beam_size, length_penalty_alpha=length_penalty_alpha)
-    max_source_length = _check_max_source_length(model, max_source_length)
-    if source_length_buckets == "auto":
-        source_length_buckets = default_source_length_buckets(max_source_length)
-    elif source_length_buckets is not None:
-        source_length_buckets = _check_buckets(
-            source_length_buckets, "source_length_buckets", max_source_length
-        )
-    on_jax = keras.backend.backend() == "jax"
-    if batch_size_buckets == "auto":
-        batch_size_buckets = JAX_BATCH_SIZE_BUCKETS if on_jax else None
-    elif batch_size_buckets is not None:
-        batch_size_buckets = _check_buckets(batch_size_buckets, "batch_size_buckets")
+    # Every argument is checked before any work.
+    _check_model_and_directory(model, tokenizer, directory)
+    strategy, search_options = _check_search(strategy, beam_size, length_penalty_alpha)
+    settings = _ExportSettings(
+        strategy,
+        search_options,
+        *_check_padding(
+            model, max_source_length, source_length_buckets, batch_size_buckets
+        ),
+        jax_platforms=_check_jax_platforms(jax_platforms, keras.backend.backend()),
+    )
+    verbose = check_bool(verbose, "verbose")
     if keras.backend.backend() == "torch":
-        if jax_platforms is not None:
-            raise ValueError(
-                "`jax_platforms` applies to the JAX backend only. Received: "
-                f"jax_platforms={jax_platforms!r} with KERAS_BACKEND=torch"
-            )
         return export_in_tensorflow_process(
             model,
             tokenizer,
             directory,
-            strategy=strategy,
-            **options,
-            max_source_length=max_source_length,
-            source_length_buckets=source_length_buckets,
-            batch_size_buckets=batch_size_buckets,
+            strategy=settings.strategy,
+            **settings.search_options,
+            max_source_length=settings.max_source_length,
+            source_length_buckets=settings.source_length_buckets,
+            batch_size_buckets=settings.batch_size_buckets,
             verbose=verbose,
         )
-    endpoint_options = {}
-    if on_jax:
-        jax2tf_kwargs = {"with_gradient": False}
-        if jax_platforms is not None:
-            jax2tf_kwargs["native_serialization_platforms"] = tuple(jax_platforms)
-        endpoint_options["jax2tf_kwargs"] = jax2tf_kwargs
-    elif jax_platforms is not None:
-        raise ValueError(
-            "`jax_platforms` applies to the JAX backend only. Received: "
-            f"jax_platforms={jax_platforms!r} with KERAS_BACKEND="
-            f"{keras.backend.backend()}"
-        )
-
     directory = Path(directory)
     archive = keras.export.ExportArchive()
     with tensorflow_compatible_stablehlo():
         archive.track(model)
         archive.track(tokenizer)  # its SentencePiece resource
-        generate = {}
-        for bucket in source_length_buckets or (None,):
-            bucket_options = dict(options)
-            if bucket is None:
-                bucket_options["max_length"] = max_source_length + MAX_LENGTH_OFFSET
-            generate[bucket] = archive.add_endpoint(
-                "generate" if bucket is None else f"generate_{bucket}",
-                _decoding_function(model, tokenizer, strategy, bucket_options),
-                input_signature=[keras.InputSpec(shape=(None, bucket), dtype="int32")],
-                **endpoint_options,
-            )
-
-        def logits(encoder_tokens, decoder_tokens):
-            inputs = {
-                "encoder_tokens": encoder_tokens,
-                "decoder_tokens": decoder_tokens,
-            }
-            return {"logits": model(inputs, training=False)}
-
-        archive.add_endpoint(
-            "logits",
-            logits,
-            input_signature=[keras.InputSpec(shape=(None, None), dtype="int32")] * 2,
-            **endpoint_options,
-        )
-        text = _TextFunctions(
-            tokenizer,
-            generate,
-            max_source_length,
-            source_length_buckets,
-            batch_size_buckets,
-        )
-        strings = [tf.TensorSpec(shape=(None,), dtype=tf.string, name="sentences")]
-        for name, function in (
-            ("tokenize", text.tokenize),
-            ("serving_default", text.translate),
-        ):
-            endpoint = tf.function(function, input_signature=strings)
-            endpoint.get_concrete_function()  # traced now, under the StableHLO patch
-            archive.add_endpoint(name, endpoint)
+        generate = _add_model_endpoints(archive, model, tokenizer, settings)
+        _add_text_endpoints(archive, tokenizer, generate, settings)
         archive.write_out(str(directory), verbose=verbose)
-
-    extra = directory / "assets.extra"
-    tokenizer.save(extra / "tokenizer")
-    settings = {
-        "strategy": strategy,
-        **options,
-        "max_source_length": max_source_length,
-        "source_length_buckets": source_length_buckets,
-        "batch_size_buckets": batch_size_buckets,
-        "max_output_length": f"source bucket + {MAX_LENGTH_OFFSET}",
-        "keras_backend": keras.backend.backend(),
-        "keras_version": keras.__version__,
-        "tensorflow_version": tf.__version__,
-        "signatures": ["serving_default", "tokenize", "logits"]
-        + [f"generate_{b}" if b else "generate" for b in generate],
-    }
-    (extra / CONFIG_FILE).write_text(json.dumps(settings, indent=2) + "\n")
+    generate_names = [f"generate_{b}" if b else "generate" for b in generate]
+    signatures = ["serving_default", "tokenize", "logits", *generate_names]
+    signatures += [f"unchecked_{name}" for name in ["logits", *generate_names]]
+    _write_assets(directory, tokenizer, settings, signatures)
     return directory

@@ -1,7 +1,10 @@
 """Smoke runs of the benchmarks' `--quick` configurations (no timing asserted).
 
-Each script runs in a subprocess on the current `KERAS_BACKEND` and must
-print its result lines; this keeps `bench/` from rotting.
+The scripts run on the current `KERAS_BACKEND` and must print their result
+lines; this keeps `bench/` from rotting. All but `profile_step.py` (which
+sets XLA flags at start) run in ONE subprocess, `bench/smoke.py`, so that
+the interpreter, the backend and keras-hub start once; each test reads its
+benchmark's part of that output.
 """
 
 import os
@@ -15,11 +18,60 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def run_quick(script, *flags):
-    """Runs `script --backend <current> <flags>` (default `--quick`)."""
+# The command line of each benchmark run by `bench/smoke.py`, in order.
+SHARED_PROCESS = {
+    "train_throughput.py": "train_throughput.py --config base-gpu --smoke",
+    "host_overhead.py": "host_overhead.py --quick",
+    "decoding_throughput.py": "decoding_throughput.py --config base-gpu --smoke",
+    "real_tokens.py": "real_tokens.py --quick",
+    "attention_scaling.py": "attention_scaling.py --quick",
+    # XLA's cost analysis is read through JAX.
+    "cost_analysis.py": "cost_analysis.py --quick",
+}
+
+
+def _current_backend():
     backend = keras.backend.backend()
     if backend not in ("jax", "tensorflow"):
         pytest.skip(f"benchmarks run on jax and tensorflow, not {backend}")
+    return backend
+
+
+@pytest.fixture(scope="module")
+def shared_run():
+    """`bench/smoke.py` over `SHARED_PROCESS`: script -> (ok, its output)."""
+    backend = _current_backend()
+    commands = [
+        command
+        for script, command in SHARED_PROCESS.items()
+        if backend == "jax" or script != "cost_analysis.py"
+    ]
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "smoke.py"), "--backend", backend, *commands],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "KERAS_BACKEND": backend},
+    )
+    parts = {}
+    for part in result.stdout.split("=== start ")[1:]:
+        script, _, body = part.partition(" ===\n")
+        parts[script] = (f"=== ok {script} (" in body, body)
+    missing = [c for c in commands if c.split()[0] not in parts]
+    assert not missing, (missing, result.stderr[-3000:])
+    return parts
+
+
+def shared_output(shared_run, script):
+    """The output of `script` in the shared run; fails with its traceback."""
+    ok, output = shared_run[script]
+    assert ok, output[-3000:]
+    return output
+
+
+def run_quick(script, *flags):
+    """Runs `script --backend <current> <flags>` (default `--quick`)."""
+    backend = _current_backend()
     flags = flags or ("--quick",)
     result = subprocess.run(
         [sys.executable, str(BENCH / script), "--backend", backend, *flags],
@@ -32,11 +84,11 @@ def run_quick(script, *flags):
     return result.stdout
 
 
-def test_train_throughput_base_gpu_smoke():
+def test_train_throughput_base_gpu_smoke(shared_run):
     # The GPU command's code path (mixed_bfloat16, `fit` with
     # steps_per_execution, both MFU columns) at the quick sizes; the
     # `train_on_batch` path runs in test_host_overhead_quick.
-    out = run_quick("train_throughput.py", "--config", "base-gpu", "--smoke")
+    out = shared_output(shared_run, "train_throughput.py")
     assert "mixed_bfloat16, fit with steps_per_execution=2" in out
     assert "matmul peak:" in out and "(bfloat16, measured)" in out
     assert "device peak: 989 TFLOP/s" in out and "MFU dev" in out
@@ -48,8 +100,8 @@ def test_train_throughput_base_gpu_smoke():
     assert "ratio keras-attn/keras-hub at equal work (attention_dropout=0.1):" in out
 
 
-def test_host_overhead_quick():
-    out = run_quick("host_overhead.py")
+def test_host_overhead_quick(shared_run):
+    out = shared_output(shared_run, "host_overhead.py")
     assert "seed generators" in out
     for name in ("keras-attn", "keras-hub"):
         assert f"\n{name} " in out
@@ -57,39 +109,32 @@ def test_host_overhead_quick():
     assert "fit spe=2 " in out
 
 
-def test_decoding_throughput_base_gpu_smoke():
-    out = run_quick("decoding_throughput.py", "--config", "base-gpu", "--smoke")
+def test_decoding_throughput_base_gpu_smoke(shared_run):
+    out = shared_output(shared_run, "decoding_throughput.py")
     assert "dtype policy mixed_bfloat16" in out
     for name in ("greedy, cached", "greedy, uncached", "beam 4, cached"):
         assert f"\n{name} " in out
     assert "cached / uncached greedy speedup:" in out
 
 
-def test_cost_analysis_quick():
+def test_cost_analysis_quick(shared_run):
     if keras.backend.backend() != "jax":
         pytest.skip("XLA's cost analysis is read through JAX")
-    result = subprocess.run(
-        [sys.executable, str(BENCH / "cost_analysis.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "KERAS_BACKEND": "jax"},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "train step: " in result.stdout and "MB accessed" in result.stdout
-    assert "fusions: " in result.stdout
-    assert "LayerNorm(x + Dropout(y))" in result.stdout
-    assert "loss on the output projection" in result.stdout
+    out = shared_output(shared_run, "cost_analysis.py")
+    assert "train step: " in out and "MB accessed" in out
+    assert "fusions: " in out
+    assert "LayerNorm(x + Dropout(y))" in out
+    assert "loss on the output projection" in out
 
 
-def test_real_tokens_quick():
-    out = run_quick("real_tokens.py")
+def test_real_tokens_quick(shared_run):
+    out = shared_output(shared_run, "real_tokens.py")
     assert "\npadded " in out and "\nbucketed " in out
     assert "ratio bucketed/padded:" in out
 
 
-def test_attention_scaling_quick():
-    out = run_quick("attention_scaling.py")
+def test_attention_scaling_quick(shared_run):
+    out = shared_output(shared_run, "attention_scaling.py")
     for name in ("keras-attn fused", "keras-attn explicit", "keras.layers.MHA"):
         assert f"  128 {name}" in out and f"  256 {name}" in out
 

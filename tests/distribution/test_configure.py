@@ -50,26 +50,61 @@ def test_data_on_the_one_test_device():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, error, match",
     [
-        (dict(kind="pipeline"), "`kind` must be one of"),
-        (dict(kind="none", mesh_shape=(2,)), "`mesh_shape` applies to kind='data'"),
-        (dict(kind="none", devices=["cpu:0"]), "`devices` applies to kind='data'"),
+        (dict(kind="pipeline"), ValueError, "`kind` must be one of"),
+        (
+            dict(kind="none", mesh_shape=(2,)),
+            ValueError,
+            "`mesh_shape` applies to kind='data'",
+        ),
+        (
+            dict(kind="none", devices=["cpu:0"]),
+            ValueError,
+            "`devices` applies to kind='data'",
+        ),
         (
             dict(kind="data", mesh_shape=(0,)),
+            ValueError,
             "`mesh_shape` must be a tuple of positive",
         ),
-        (dict(kind="data", mesh_shape=(3,)), "`mesh_shape` must be"),
-        (dict(kind="data", devices="cpu:0"), "`devices` must be a non-empty list"),
-        (dict(kind="data", devices=[]), "`devices` must be a non-empty list"),
+        (dict(kind="data", mesh_shape=(3,)), ValueError, "`mesh_shape` must be"),
+        # A wrong type is a TypeError, a wrong value a ValueError.
+        (
+            dict(kind="data", devices="cpu:0"),
+            TypeError,
+            "`devices` must be a non-empty list",
+        ),
+        (
+            dict(kind="data", devices=[]),
+            ValueError,
+            "`devices` must be a non-empty list",
+        ),
+        (dict(kind="data", devices=[0]), TypeError, r"Received: devices=\[0\]"),
+        (dict(kind="data", mesh_shape=(2.0,)), TypeError, r"mesh_shape=\(2.0,\)"),
+        (dict(kind="data", mesh_shape=(True,)), TypeError, r"mesh_shape=\(True,\)"),
+        (dict(kind="data", mesh_shape=(1, 1, 1)), ValueError, "mesh_shape=\\(1, 1, 1"),
+        (dict(kind="data", mesh_shape=5), TypeError, "mesh_shape=5"),
+        (dict(kind="model", layout_map="auto"), TypeError, "layout_map='auto'"),
+        (dict(kind=["data"]), ValueError, r"Received: kind=\['data'\]"),
     ],
 )
-def test_bad_arguments_are_named(kwargs, match):
+def test_bad_arguments_are_named(kwargs, error, match):
     if BACKEND == "torch" and match == "`mesh_shape` must be":
         # Checked against the devices, which torch never gets to.
         match = "not available on the torch backend"
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         configure(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "batch_size, error",
+    [(0, ValueError), (True, TypeError), ("8", TypeError), ([8, 2.5], TypeError)],
+)
+def test_check_batch_size_names_bad_sizes(batch_size, error):
+    distribution = TrainingDistribution("data", "jax", (2,))
+    with pytest.raises(error, match="Received: batch_size="):
+        distribution.check_batch_size(batch_size)
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="JAX mesh shapes")
@@ -89,7 +124,9 @@ def test_tensorflow_rejects_model_parallelism():
 @pytest.mark.skipif(BACKEND != "torch", reason="torch only")
 @pytest.mark.parametrize("kind", ["data", "model"])
 def test_torch_refuses_distribution_with_the_reason(kind):
-    with pytest.raises(ValueError, match=f"`kind='{kind}'` is not available on the torch"):
+    with pytest.raises(
+        ValueError, match=f"`kind='{kind}'` is not available on the torch"
+    ):
         configure(kind)
 
 

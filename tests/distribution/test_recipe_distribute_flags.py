@@ -23,7 +23,10 @@ def test_bad_mesh_is_a_usage_error(mesh, capsys):
     with pytest.raises(SystemExit) as exit_info:
         translate_multi30k.parse_args(["train", "--mesh", mesh])
     assert exit_info.value.code == 2
-    assert "--mesh expects positive integers" in capsys.readouterr().err
+    # The library's `parse_mesh_shape` message, as a usage error.
+    err = capsys.readouterr().err
+    assert "argument --mesh: `mesh` must be one or two positive integers" in err
+    assert f"Received: mesh={mesh!r}" in err
 
 
 def test_bucket_batch_sizes_are_the_pipelines():

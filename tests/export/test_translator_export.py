@@ -8,6 +8,7 @@ in-process translations.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +52,14 @@ if "tokenize" in request:
 if "logits" in request:
     inputs = {k: tf.constant(v, tf.int32) for k, v in request["logits"].items()}
     result["logits"] = loaded.signatures["logits"](**inputs)["logits"].numpy().tolist()
+result["refused"] = []
+for case in request.get("refused", []):
+    inputs = {k: tf.constant(v, case["dtype"]) for k, v in case["inputs"].items()}
+    try:
+        loaded.signatures[case["endpoint"]](**inputs)
+        result["refused"].append(None)
+    except Exception as error:  # the type and message are what is tested
+        result["refused"].append([type(error).__name__, str(error)])
 result["signatures"] = sorted(loaded.signatures)
 result["imported_keras_attn"] = any(m.startswith("keras_attn") for m in sys.modules)
 print(json.dumps(result))
@@ -178,8 +187,53 @@ def served(exported):
         batches=[mixed_batch(), mixed_batch()[:1], []],
         tokenize=mixed_batch(),
         logits=logits_inputs,
+        refused=[case for case, _ in REFUSED],
     )
     return output, logits_inputs
+
+
+def _refused(endpoint, dtype="int32", **inputs):
+    return {"endpoint": endpoint, "dtype": dtype, "inputs": inputs}
+
+
+GOOD = [[5, 6, 7], [8, 9, 10]]
+# Calls of the reloaded SavedModel with bad inputs, and the error each gives:
+# the in-graph checks answer with InvalidArgumentError naming the input and
+# what was expected (never a bare "Graph execution error", never a silent
+# NaN on JAX); a wrong dtype or width is refused by the signature itself.
+REFUSED = [
+    (
+        _refused("logits", encoder_tokens=[[5, VOCABULARY_SIZE]], decoder_tokens=[[5]]),
+        (
+            "InvalidArgumentError",
+            r"`encoder_tokens` must hold token ids in \[0, "
+            rf"vocabulary_size={VOCABULARY_SIZE}\)",
+        ),
+    ),
+    (
+        _refused("logits", encoder_tokens=[[5, 6]], decoder_tokens=[[-1, 5]]),
+        ("InvalidArgumentError", r"`decoder_tokens` must hold token ids in \[0, "),
+    ),
+    (
+        _refused("logits", encoder_tokens=GOOD, decoder_tokens=GOOD[:1]),
+        (
+            "InvalidArgumentError",
+            "`encoder_tokens` and `decoder_tokens` must have the same batch size",
+        ),
+    ),
+    (
+        _refused("generate_16", encoder_tokens=[[5] * 15 + [10_000]]),
+        ("InvalidArgumentError", r"`encoder_tokens` must hold token ids in \[0, "),
+    ),
+    (
+        _refused("logits", "float32", encoder_tokens=GOOD, decoder_tokens=GOOD),
+        ("(TypeError|ValueError|InvalidArgumentError)", "int32"),
+    ),
+    (
+        _refused("generate_16", encoder_tokens=[[5] * 20]),
+        ("(TypeError|ValueError|InvalidArgumentError)", "16"),
+    ),
+]
 
 
 def test_default_buckets():
@@ -192,9 +246,9 @@ def test_default_buckets():
 @pytest.mark.slow
 def test_signatures_and_assets(exported, served, tokenizer):
     output, _ = served
-    assert output["signatures"] == sorted(
-        ["serving_default", "tokenize", "logits", "generate_16", "generate_24"]
-    )
+    public = ["serving_default", "tokenize", "logits", "generate_16", "generate_24"]
+    unchecked = ["unchecked_logits", "unchecked_generate_16", "unchecked_generate_24"]
+    assert output["signatures"] == sorted(public + unchecked)
     extra = exported / "assets.extra"
     assert SubwordTokenizer.load(extra / "tokenizer").model_proto == (
         tokenizer.model_proto
@@ -266,6 +320,17 @@ def test_logits_endpoint_equals_the_keras_model(served, model):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(REFUSED)))
+def test_bad_inputs_of_the_saved_model_are_refused_clearly(served, index):
+    output, _ = served
+    (error_type, message), got = REFUSED[index][1], output["refused"][index]
+    assert got is not None, f"{REFUSED[index][0]} was accepted"
+    assert re.fullmatch(error_type, got[0]), got
+    # TensorFlow's message starts "Graph execution error:"; ours follows it.
+    assert re.search(message, got[1]), got
+
+
+@pytest.mark.slow
 def test_moved_directory_still_loads(exported, served, tmp_path):
     output, logits_inputs = served
     moved = tmp_path / "moved"
@@ -283,21 +348,40 @@ def test_moved_directory_still_loads(exported, served, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, error, match",
     [
-        (dict(strategy="sample"), "strategy='sample'"),
-        (dict(beam_size=0), "beam_size=0"),
-        (dict(max_source_length=1), "max_source_length=1"),
-        (dict(source_length_buckets=(8, 16)), "max_source_length=24"),
-        (dict(source_length_buckets=(0, 24)), r"source_length_buckets=\(0, 24\)"),
-        (dict(batch_size_buckets=8), "batch_size_buckets=8"),
+        (dict(strategy="sample"), ValueError, "strategy='sample'"),
+        (dict(beam_size=0), ValueError, "beam_size=0"),
+        (dict(max_source_length=1), ValueError, "max_source_length=1"),
+        (dict(source_length_buckets=(8, 16)), ValueError, "max_source_length=24"),
+        (
+            dict(source_length_buckets=(0, 24)),
+            ValueError,
+            r"source_length_buckets=\(0, 24\)",
+        ),
+        # A wrong type is a TypeError, a wrong value a ValueError.
+        (dict(batch_size_buckets=8), TypeError, "batch_size_buckets=8"),
+        (dict(beam_size=True), TypeError, "beam_size=True"),
+        (dict(length_penalty_alpha=float("nan")), ValueError, "alpha=nan"),
+        (dict(max_source_length="24"), TypeError, "max_source_length='24'"),
+        (
+            dict(batch_size_buckets=(2, 2.5)),
+            TypeError,
+            r"batch_size_buckets=\(2, 2.5\)",
+        ),
+        (dict(verbose="no"), TypeError, "verbose='no'"),
+        (dict(directory=123), TypeError, "directory=123"),
     ],
 )
-def test_invalid_arguments_are_named(kwargs, match, tokenizer, tmp_path):
+def test_invalid_arguments_are_named(kwargs, error, match, tokenizer, tmp_path):
     model = Transformer.from_preset("transformer_tiny", vocabulary_size=VOCABULARY_SIZE)
-    kwargs = {"max_source_length": MAX_SOURCE_LENGTH, **kwargs}
-    with pytest.raises(ValueError, match=match):
-        export_translator(model, tokenizer, tmp_path / "x", **kwargs)
+    kwargs = {
+        "max_source_length": MAX_SOURCE_LENGTH,
+        "directory": tmp_path / "x",
+        **kwargs,
+    }
+    with pytest.raises(error, match=match):
+        export_translator(model, tokenizer, **kwargs)
     assert not (tmp_path / "x").exists()
 
 

@@ -147,3 +147,27 @@ def test_check_string_pairs_names_both_arguments():
         validation.check_string_pairs([], [], "sources", "targets")
     with pytest.raises(TypeError, match="targets"):
         validation.check_string_pairs(["a"], "b", "sources", "targets")
+
+
+    "value, error",
+    [
+        (8, TypeError),
+        ("8,16", TypeError),
+        ([8, 2.5], TypeError),
+        ((8, True), TypeError),
+        ([8, None], TypeError),
+        ([], ValueError),
+        ((8, 0), ValueError),
+        ([-1], ValueError),
+    ],
+)
+def test_positive_int_sequence_refuses(value, error):
+    with pytest.raises(
+        error, match=r"`sizes` must be a non-empty sequence .*Received: sizes="
+    ):
+        validation.check_positive_int_sequence(value, "sizes")
+
+
+def test_positive_int_sequence_comes_back_as_a_tuple_of_ints():
+    result = validation.check_positive_int_sequence(np.array([16, 8]), "sizes")
+    assert result == (16, 8) and all(type(size) is int for size in result)

@@ -8,16 +8,16 @@ import sys
 
 import pytest
 
-import keras_attn
+from keras_attn_recipes import host_memory
 
 # Runs a jitted gradient whose temporary buffer is about 130 MB and prints
 # the minor page faults per call after warm-up (best of 3 rounds of 5 calls)
 # and the buffer's size in pages.
 SCRIPT = """
 import json, os, resource, sys
-import keras_attn
+from keras_attn_recipes.host_memory import reuse_freed_host_memory
 # With "reuse" this restarts the script once, with the options set.
-applied = keras_attn.reuse_freed_host_memory("jax") if sys.argv[1] == "reuse" else None
+applied = reuse_freed_host_memory("jax") if sys.argv[1] == "reuse" else None
 import jax, jax.numpy as jnp
 
 def loss(w, x):
@@ -52,7 +52,7 @@ glibc_linux = pytest.mark.skipif(
 
 def _run(mode):
     env = dict(os.environ, KERAS_BACKEND="jax")
-    for name in keras_attn.host_memory.MALLOC_ENVIRONMENT:
+    for name in host_memory.MALLOC_ENVIRONMENT:
         env.pop(name, None)
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, mode],
@@ -66,17 +66,17 @@ def _run(mode):
 
 
 def test_not_applied_for_tensorflow():
-    assert keras_attn.reuse_freed_host_memory("tensorflow") is False
+    assert host_memory.reuse_freed_host_memory("tensorflow") is False
 
 
 def test_interactive_session_is_not_restarted(monkeypatch):
     monkeypatch.setattr("sys.ps1", ">>> ", raising=False)
-    for name in keras_attn.host_memory.MALLOC_ENVIRONMENT:
+    for name in host_memory.MALLOC_ENVIRONMENT:
         monkeypatch.delenv(name, raising=False)
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         pytest.skip("mallopt options are glibc's")
     with pytest.warns(UserWarning, match="cannot restart an interactive session"):
-        assert keras_attn.reuse_freed_host_memory("jax") is False
+        assert host_memory.reuse_freed_host_memory("jax") is False
 
 
 @glibc_linux

@@ -1,11 +1,16 @@
-"""Reuse freed host memory across XLA:CPU executions (JAX on a CPU)."""
+"""Reuse freed host memory across XLA:CPU executions (JAX on a CPU).
+
+A launcher concern of the recipes and benchmarks, not a library entry
+point: `reuse_freed_host_memory` restarts the running program, which a
+library must never do to its user's process. The recipes and `bench/`
+call it first thing; a program of your own can do the same, or set the
+variables of `MALLOC_ENVIRONMENT` before starting Python.
+"""
 
 import os
 import platform
 import sys
 import warnings
-
-import keras
 
 # glibc's malloc options, as the environment variables it reads when the
 # process starts: every thread allocates from the main heap, large blocks
@@ -38,6 +43,7 @@ def reuse_freed_host_memory(backend=None):
     (`sys.orig_argv`, same interpreter and arguments) with them added to
     its environment: call it first thing in a script, before any work, as
     the recipes do. It returns only when there is nothing to restart.
+    Keras is not imported here (the recipes choose the backend after).
 
     It applies only to the JAX backend on Linux with glibc. TensorFlow has
     its own allocator, which already reuses memory (and measured slower with
@@ -48,7 +54,8 @@ def reuse_freed_host_memory(backend=None):
 
     Args:
         backend: str, the Keras backend the program uses. Defaults to
-            `None`, meaning `keras.backend.backend()`.
+            `None`, meaning the `KERAS_BACKEND` environment variable, else
+            `"jax"` (Keras's default).
 
     Returns:
         `True` if the options are in effect (the process started with
@@ -57,14 +64,16 @@ def reuse_freed_host_memory(backend=None):
 
     Example:
 
-    >>> keras_attn.reuse_freed_host_memory(backend="tensorflow")
+    >>> from keras_attn_recipes.host_memory import reuse_freed_host_memory
+    >>> reuse_freed_host_memory(backend="tensorflow")
     False
 
     References:
         `mallopt(3)` (`M_ARENA_MAX`, `M_MMAP_MAX`, `M_TRIM_THRESHOLD`), the
         GNU C Library manual.
     """
-    backend = keras.backend.backend() if backend is None else backend
+    if backend is None:
+        backend = os.environ.get("KERAS_BACKEND", "jax")
     if backend != "jax" or not sys.platform.startswith("linux"):
         return False
     if platform.libc_ver()[0] != "glibc":
