@@ -149,6 +149,7 @@ def test_check_string_pairs_names_both_arguments():
         validation.check_string_pairs(["a"], "b", "sources", "targets")
 
 
+@pytest.mark.parametrize(
     "value, error",
     [
         (8, TypeError),
