@@ -277,7 +277,9 @@ def load_config(output_dir):
 
 def load_translator(output_dir, strategy="beam", average_last=None):
     """A `Translator` for a trained run; `average_last=None` uses the setting's
-    `average_checkpoints`."""
+    `average_checkpoints`, or all the epoch checkpoints there are when a short
+    run (`--set train_steps=...`) wrote fewer, saying so. An `average_last`
+    given explicitly must be there."""
     output_dir = Path(output_dir)
     model_path = output_dir / "model.keras"
     if not model_path.exists():
@@ -285,11 +287,17 @@ def load_translator(output_dir, strategy="beam", average_last=None):
             f"No trained model at {model_path}: run the `train` subcommand first."
         )
     config = load_config(output_dir)
+    paths = sorted((output_dir / "checkpoints").glob("epoch_*.keras"))
     if average_last is None:
         average_last = config.average_checkpoints
+        if 1 <= len(paths) < average_last:
+            print(
+                f"The setting averages the last {average_last} epoch checkpoints; "
+                f"this run wrote {len(paths)}: averaging those."
+            )
+            average_last = len(paths)
     model = keras_attn.saving.load_model(model_path)
     if average_last > 1:
-        paths = sorted((output_dir / "checkpoints").glob("epoch_*.keras"))
         if len(paths) < average_last:
             raise ValueError(
                 f"`average_last` asks for {average_last} checkpoints, but "

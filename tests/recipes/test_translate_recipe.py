@@ -107,6 +107,25 @@ def test_evaluate_averages_the_last_checkpoints(trained):
 
 
 @pytest.mark.slow
+def test_a_short_run_averages_the_checkpoints_it_wrote(trained, capsys):
+    # A setting that averages more epochs than a short run wrote (quick with
+    # `--set train_steps=40`) averages those there are, and says so.
+    from keras_attn_recipes.translation_steps import load_translator
+
+    output_dir, _ = trained
+    config_path = output_dir / "config.json"
+    saved = config_path.read_text()
+    config_path.write_text(json.dumps(dict(json.loads(saved), average_checkpoints=5)))
+    try:
+        translator, config = load_translator(output_dir, "greedy")
+    finally:
+        config_path.write_text(saved)
+    assert config.average_checkpoints == 5
+    assert "this run wrote 2: averaging those" in capsys.readouterr().out
+    assert len(translator.translate(["A dog runs."])) == 1  # the tiny model may say ""
+
+
+@pytest.mark.slow
 def test_translate_reads_stdin_and_keeps_empty_lines(trained):
     _, common = trained
     lines = ["A dog runs.", "", "Two men are talking on a street."]
