@@ -34,6 +34,10 @@ def _zero_unattended_values(value, mask):
 
 def _fused_attention(query, key, value, mask, scale):
     """`keras.ops.dot_product_attention`, with fully masked rows zeroed."""
+    if mask is not None:
+        # Some kernels (torch's) mask by adding -inf to the scores, and
+        # `nan - inf` is NaN: the keys no query attends are zeroed too.
+        key = _zero_unattended_values(key, mask)
     # (batch, query_length, num_heads, value_dim)
     attended = fused_dot_product_attention(query, key, value, mask=mask, scale=scale)
     if mask is None:

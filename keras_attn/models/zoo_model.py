@@ -209,6 +209,7 @@ def vocabulary_logits(arguments, embedding, dtype):
     return VocabularyProjection(arguments.vocabulary_size, dtype=dtype, name="logits")
 
 
+@keras.saving.register_keras_serializable(package="keras_attn")
 class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
     """The base class of the functional models of `keras_attn.models`.
 
