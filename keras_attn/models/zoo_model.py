@@ -292,7 +292,11 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
     def _check_length(self, tokens, name):
         """Learned positions end at `max_sequence_length`."""
         length = tokens.shape[1]
-        if self.position == "learned" and (length or 0) > self.max_sequence_length:
+        # A symbolic length (`None`, or JAX export's shape polymorphism,
+        # where `a > 64` is undecidable) is checked by the exported graph.
+        if not isinstance(length, int):
+            return
+        if self.position == "learned" and length > self.max_sequence_length:
             raise ValueError(
                 f"`{name}` is longer than max_sequence_length="
                 f"{self.max_sequence_length}, the number of learned positions. "
