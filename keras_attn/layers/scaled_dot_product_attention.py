@@ -20,24 +20,23 @@ def _row_has_any_key(mask):
     return ops.any(mask, axis=-1)[:, :, None, None]
 
 
-def _zero_unattended_values(value, mask):
-    """Zeroes the values that no query may attend (padding, typically).
+def _attended_keys(mask):
+    """Whether some query may attend each key: `(batch, key_length, 1, 1)`.
 
-    A masked key gets weight 0, but `0 * nan = nan`: without this, a NaN
-    or infinity in the value at a padded position would reach every real
-    position through the weighted sum.
+    A masked key gets weight 0, but `0 * nan = nan`: the values (and, for
+    kernels that mask by adding -inf, the keys) at keys no query attends
+    are zeroed with this, so a NaN or infinity at a padded position never
+    reaches a real one.
     """
-    # (batch, key_length, 1, 1)
-    attended_by_some_query = ops.any(mask, axis=-2)[:, :, None, None]
-    return ops.where(attended_by_some_query, value, ops.zeros_like(value))
+    return ops.any(mask, axis=-2)[:, :, None, None]
 
 
-def _fused_attention(query, key, value, mask, scale):
+def _fused_attention(query, key, value, mask, scale, attended_keys):
     """`keras.ops.dot_product_attention`, with fully masked rows zeroed."""
     if mask is not None:
-        # Some kernels (torch's) mask by adding -inf to the scores, and
-        # `nan - inf` is NaN: the keys no query attends are zeroed too.
-        key = _zero_unattended_values(key, mask)
+        # Torch's kernel masks by adding -inf to the scores: `nan - inf`
+        # is NaN, so the keys no query attends are zeroed too.
+        key = ops.where(attended_keys, key, ops.zeros_like(key))
     # (batch, query_length, num_heads, value_dim)
     attended = fused_dot_product_attention(query, key, value, mask=mask, scale=scale)
     if mask is None:
@@ -127,8 +126,10 @@ def scaled_dot_product_attention(
         Vaswani et al., "Attention Is All You Need", 2017, section 3.2.1.
     """
     scale = 1.0 / math.sqrt(query.shape[-1])
+    attended_keys = None
     if mask is not None:
-        value = _zero_unattended_values(value, mask)
+        attended_keys = _attended_keys(mask)
+        value = ops.where(attended_keys, value, ops.zeros_like(value))
     use_dropout = training and dropout_rate > 0.0
     # The fused kernels need `value_dim == key_dim` (jax.nn checks it).
     same_head_dims = query.shape[-1] == value.shape[-1]
@@ -138,7 +139,7 @@ def scaled_dot_product_attention(
         and not (return_attention_scores or use_dropout)
         and fused_path_runs(query.dtype)
     ):
-        return _fused_attention(query, key, value, mask, scale)
+        return _fused_attention(query, key, value, mask, scale, attended_keys)
     weights = _attention_weights(query, key, mask, scale)
     weights = ops.cast(weights, value.dtype)
     attention_weights = weights
