@@ -25,6 +25,7 @@ SHARED_PROCESS = {
     "decoding_throughput.py": "decoding_throughput.py --config base-gpu --smoke",
     "real_tokens.py": "real_tokens.py --quick",
     "attention_scaling.py": "attention_scaling.py --quick",
+    "layer_norm_step.py": "layer_norm_step.py --quick",
     # XLA's cost analysis is read through JAX.
     "cost_analysis.py": "cost_analysis.py --quick",
 }
@@ -131,6 +132,15 @@ def test_real_tokens_quick(shared_run):
     out = shared_output(shared_run, "real_tokens.py")
     assert "\npadded " in out and "\nbucketed " in out
     assert "ratio bucketed/padded:" in out
+
+
+def test_layer_norm_step_quick(shared_run):
+    out = shared_output(shared_run, "layer_norm_step.py")
+    # 1 + 1 post-norm layers: the encoder block's 2 norms, the decoder's 3.
+    assert ", 5 norms" in out
+    for name in ("keras-attn LayerNorm", "keras LayerNormalization"):
+        assert f"\n{name} " in out
+    assert "ratio keras LayerNormalization / keras-attn LayerNorm: " in out
 
 
 def test_attention_scaling_quick(shared_run):
