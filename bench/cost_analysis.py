@@ -218,7 +218,7 @@ def part_costs(args):
     import keras
     import numpy as np
 
-    from keras_attn.layers import FastDropout
+    from keras_attn.layers import FastDropout, layer_norm
     from keras_attn.training import MaskedSparseCategoricalCrossentropy
 
     batch, length = (4, 8) if args.quick else (BATCH, LENGTH)
@@ -233,27 +233,42 @@ def part_costs(args):
     gamma, beta = norm.gamma.value, norm.beta.value
     seed = dropout.seed_generator.state.value
 
-    def sublayer_end(x, y, gamma, beta, seed):
-        def forward(x, y, gamma, beta):
-            z = x + keras_attn_dropout(y, seed)
-            mean = z.mean(-1, keepdims=True)
-            variance = ((z - mean) ** 2).mean(-1, keepdims=True)
-            return ((z - mean) * jax.lax.rsqrt(variance + 1e-5) * gamma + beta).sum()
-
-        return jax.grad(forward, argnums=(0, 1, 2, 3))(x, y, gamma, beta)
-
     def keras_attn_dropout(y, seed):
         from keras_attn.layers.fast_dropout import fast_dropout
 
         return fast_dropout(y, 0.1, seed=seed)
 
+    def sublayer_end(normalize):
+        def step(x, y, gamma, beta, seed):
+            def forward(x, y, gamma, beta):
+                z = x + keras_attn_dropout(y, seed)
+                return normalize(z, gamma, beta).sum()
+
+            return jax.grad(forward, argnums=(0, 1, 2, 3))(x, y, gamma, beta)
+
+        return step
+
     # Inputs x, y read, grads of x, y written; gamma, beta negligible.
     least = 4 * x.nbytes
-    compiled = jax.jit(sublayer_end).lower(x, y, gamma, beta, seed).compile()
-    _, passes = summarise(
-        "LayerNorm(x + Dropout(y)), forward + backward", compiled, least
-    )
-    print_parts(passes)
+    norms = {
+        # What `keras.layers.LayerNormalization` computes.
+        "keras.ops.layer_normalization": lambda z, gamma, beta: (
+            keras.ops.layer_normalization(z, gamma, beta, epsilon=1e-5)
+        ),
+        # The blocks' `LayerNorm`: the same values, a written-out gradient.
+        "keras_attn.layers.layer_norm": lambda z, gamma, beta: layer_norm(
+            z, gamma, beta, epsilon=1e-5
+        ),
+    }
+    for name, normalize in norms.items():
+        step = sublayer_end(normalize)
+        compiled = jax.jit(step).lower(x, y, gamma, beta, seed).compile()
+        _, passes = summarise(
+            f"LayerNorm(x + Dropout(y)) with {name}, forward + backward",
+            compiled,
+            least,
+        )
+        print_parts(passes)
 
     loss_fn = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
     h = x

@@ -41,6 +41,13 @@ for backend in "${backends[@]}"; do
   fi
 done
 
+# Side by side, the recipes' end-to-end CLI tests (backend-independent
+# code, minutes each) are shared out: each runs on the one backend its
+# `split_backend` marker names (tests/conftest.py).
+if [ "${#backends[@]}" -gt 1 ]; then
+  export KERAS_ATTN_SPLIT_BACKENDS=1
+fi
+
 logs="$(mktemp -d)"
 start=$(date +%s)
 pids=()

@@ -48,6 +48,25 @@ def pytest_report_header(config):
     return f"keras {keras.__version__}, KERAS_BACKEND={keras.backend.backend()}"
 
 
+def pytest_collection_modifyitems(config, items):
+    """`split_backend(name)` tests run on `name` only when the backends are
+    tested side by side (`scripts/test.sh` sets KERAS_ATTN_SPLIT_BACKENDS);
+    a one-backend run, e.g. `KERAS_BACKEND=tensorflow pytest tests`, runs all.
+    """
+    if os.environ.get("KERAS_ATTN_SPLIT_BACKENDS") != "1":
+        return
+    backend = keras.backend.backend()
+    for item in items:
+        marker = item.get_closest_marker("split_backend")
+        if marker is not None and marker.args[0] != backend:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"split_backend: runs on {marker.args[0]} when the "
+                    "backends run side by side"
+                )
+            )
+
+
 @pytest.fixture(autouse=True)
 def _fixed_seed():
     """Every test starts from the same global seed."""

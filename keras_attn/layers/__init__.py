@@ -4,6 +4,7 @@ from keras_attn.layers.attention_projection import AttentionProjection
 from keras_attn.layers.class_token import ClassToken
 from keras_attn.layers.fast_dropout import FastDropout, fast_dropout
 from keras_attn.layers.feed_forward import FeedForward
+from keras_attn.layers.layer_norm import LayerNorm, layer_norm
 from keras_attn.layers.masking import causal_mask, merge_attention_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.padding_mask import PaddingMask
@@ -29,6 +30,7 @@ __all__ = [
     "ClassToken",
     "FastDropout",
     "FeedForward",
+    "LayerNorm",
     "MultiHeadAttention",
     "PaddingMask",
     "PositionEmbedding",
@@ -42,6 +44,7 @@ __all__ = [
     "VocabularyProjection",
     "causal_mask",
     "fast_dropout",
+    "layer_norm",
     "merge_attention_masks",
     "scaled_dot_product_attention",
 ]

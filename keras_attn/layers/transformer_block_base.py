@@ -4,6 +4,7 @@ import keras
 
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.feed_forward import FeedForward
+from keras_attn.layers.layer_norm import LayerNorm
 from keras_attn.layers.masking import as_bool_mask, merge_attention_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.validation import (
@@ -104,7 +105,7 @@ class TransformerBlockBase(keras.layers.Layer):
         )
 
     def _norm(self, name):
-        return keras.layers.LayerNormalization(
+        return LayerNorm(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
         )
 

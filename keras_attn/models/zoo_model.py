@@ -24,6 +24,7 @@ import types
 import keras
 
 from keras_attn.layers.fast_dropout import FastDropout
+from keras_attn.layers.layer_norm import LayerNorm
 from keras_attn.layers.padding_mask import PaddingMask
 from keras_attn.layers.sequence_pooling import POOLINGS
 from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
@@ -176,7 +177,7 @@ def transformer_blocks(block_class, count, prefix, arguments, dtype, **overrides
 
 
 def layer_norm(arguments, dtype, name):
-    return keras.layers.LayerNormalization(
+    return LayerNorm(
         epsilon=arguments.layer_norm_epsilon, dtype=dtype, name=name
     )
 

@@ -14,6 +14,10 @@ import pytest
 
 import keras_attn
 
+# Backend-independent recipe code: shared out when backends run side by
+# side (tests/conftest.py).
+pytestmark = pytest.mark.split_backend("tensorflow")
+
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "translate_multi30k.py"
 EPOCHS = 3
 # Dropout on, so that the restored random state matters too.

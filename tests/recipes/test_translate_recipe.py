@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+# Backend-independent recipe code: shared out when backends run side by
+# side (tests/conftest.py).
+pytestmark = pytest.mark.split_backend("jax")
+
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "translate_multi30k.py"
 
 
