@@ -59,8 +59,18 @@ def _tokenizer(config, output_dir, sources, targets):
 
 
 def learning_rate_schedule(config, hidden_dim):
-    return TransformerSchedule(
+    paper = TransformerSchedule(
         hidden_dim, config.warmup_steps, scale=config.learning_rate_scale
+    )
+    if config.learning_rate_decay == "inverse_sqrt":
+        return paper
+    # The paper's peak, reached at the end of its warm-up; cosine to zero.
+    peak = config.learning_rate_scale * (hidden_dim * config.warmup_steps) ** -0.5
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0,
+        decay_steps=max(config.train_steps - config.warmup_steps, 1),
+        warmup_target=peak,
+        warmup_steps=config.warmup_steps,
     )
 
 
