@@ -74,8 +74,12 @@ class LayerNorm(keras.layers.LayerNormalization):
     The same layer (its weights `gamma` and `beta`, their names, its
     config, its outputs) with the written-out gradient of `layer_norm`:
     fewer passes over the activations in the backward pass. The
-    Transformer blocks use it for their sub-layer norms, so a checkpoint
-    made with `keras.layers.LayerNormalization` loads unchanged. Arguments
+    Transformer blocks use it for their sub-layer norms; their weights are
+    saved under the blocks' attribute names, so a checkpoint made with
+    `keras.layers.LayerNormalization` there loads unchanged. The models'
+    own norms (`output_norm`, `embedding_norm`) stay Keras's layer: a
+    functional model saves its layers' weights under names derived from
+    their classes, and the shipped presets were saved with Keras's. Arguments
     beyond the plain case (another `axis`, `rms_scaling`, `center` or
     `scale` off) fall back to Keras's own computation.
 
@@ -85,7 +89,7 @@ class LayerNorm(keras.layers.LayerNormalization):
     Example:
 
     >>> norm = keras_attn.layers.LayerNorm(epsilon=1e-6)
-    >>> norm(np.ones((2, 3, 4), "float32")).shape
+    >>> tuple(norm(keras.ops.ones((2, 3, 4))).shape)
     (2, 3, 4)
     """
 

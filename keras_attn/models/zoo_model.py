@@ -24,7 +24,6 @@ import types
 import keras
 
 from keras_attn.layers.fast_dropout import FastDropout
-from keras_attn.layers.layer_norm import LayerNorm
 from keras_attn.layers.padding_mask import PaddingMask
 from keras_attn.layers.sequence_pooling import POOLINGS
 from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
@@ -177,7 +176,10 @@ def transformer_blocks(block_class, count, prefix, arguments, dtype, **overrides
 
 
 def layer_norm(arguments, dtype, name):
-    return LayerNorm(
+    # Keras's own class, not `LayerNorm`: a functional model's weights file
+    # names each layer's weights after its class (`layer_normalization`), so
+    # the shipped presets' model-level norms load only into this class.
+    return keras.layers.LayerNormalization(
         epsilon=arguments.layer_norm_epsilon, dtype=dtype, name=name
     )
 
