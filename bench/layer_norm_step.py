@@ -58,16 +58,15 @@ def build_models(config, batch_size, length):
     for name in ("keras-attn LayerNorm", "keras LayerNormalization"):
         keras.utils.set_random_seed(0)
         model = build_model(config, config.vocabulary_size)
+        norms = [
+            layer for layer in model._flatten_layers() if isinstance(layer, LayerNorm)
+        ]
         if name == "keras LayerNormalization":
-            keras_call = keras.layers.LayerNormalization.call
-            norms = [
-                layer for layer in model._flatten_layers() if isinstance(layer, LayerNorm)
-            ]
             for layer in norms:
                 # The same layer and weights; Keras's computation.
-                layer.call = keras_call.__get__(layer)
+                layer.call = keras.layers.LayerNormalization.call.__get__(layer)
         models[name] = model
-    return models, x, y, len(norms)  # the same count in both models
+    return models, x, y, len(norms)
 
 
 def main(argv=None):
