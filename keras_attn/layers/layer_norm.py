@@ -81,10 +81,8 @@ class LayerNorm(keras.layers.LayerNormalization):
     functional model saves its layers' weights under names derived from
     their classes, and the shipped presets were saved with Keras's. Arguments
     beyond the plain case (another `axis`, `rms_scaling`, `center` or
-    `scale` off) fall back to Keras's own computation.
-
-    Args:
-        **kwargs: those of `keras.layers.LayerNormalization`.
+    `scale` off) fall back to Keras's own computation. It takes the
+    arguments of `keras.layers.LayerNormalization`.
 
     Example:
 
