@@ -191,6 +191,7 @@ def _fit(model, train_data, validation_data, epochs, callbacks, backup, config):
     try:
         model.fit(
             train_data,
+            shuffle=False,  # the dataset shuffles (EpochSeededShuffle)
             validation_data=validation_data,
             epochs=epochs,
             callbacks=callbacks,

@@ -80,6 +80,21 @@ def _float32_policy():
     keras.mixed_precision.set_dtype_policy("float32")
 
 
+@pytest.fixture
+def no_collection_per_deleted_variable(monkeypatch):
+    """Makes `gc.collect()` a no-op for one test.
+
+    Keras's `Layer.__delattr__` runs a full collection for every variable
+    it deletes, to free device memory at once; `model.quantize` deletes
+    each kernel it replaces: 0.5 s or more per kernel in a test process
+    (33 for the tiny Transformer, most of its quantization test's time).
+    For tests that check values and files, not memory.
+    """
+    import gc
+
+    monkeypatch.setattr(gc, "collect", lambda generation=2: 0)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _full_float32_matmul_precision():
     """Reference comparisons run at full float32 matmul precision.

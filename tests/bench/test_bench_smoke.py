@@ -5,6 +5,13 @@ lines; this keeps `bench/` from rotting. All but `profile_step.py` (which
 sets XLA flags at start) run in ONE subprocess, `bench/smoke.py`, so that
 the interpreter, the backend and keras-hub start once; each test reads its
 benchmark's part of that output.
+
+When `scripts/test.sh` runs the backends side by side, each shared
+benchmark runs on the one backend `SIDE_BY_SIDE_BACKEND` names (the scripts
+are Keras code that takes `--backend`; their smoke runs are start-up and
+compilation, 5 minutes of TensorFlow's suite in CI when all ran on both).
+`profile_step.py`, whose profiler is the backend's own, runs on both. A
+one-backend run (`KERAS_BACKEND=tensorflow pytest tests/bench`) runs all.
 """
 
 import os
@@ -29,6 +36,20 @@ SHARED_PROCESS = {
     # XLA's cost analysis is read through JAX.
     "cost_analysis.py": "cost_analysis.py --quick",
 }
+# Where each shared benchmark runs when the backends run side by side.
+SIDE_BY_SIDE_BACKEND = {
+    "train_throughput.py": "jax",
+    "host_overhead.py": "jax",
+    "cost_analysis.py": "jax",
+    "decoding_throughput.py": "tensorflow",
+    "real_tokens.py": "tensorflow",
+    "attention_scaling.py": "tensorflow",
+    "layer_norm_step.py": "tensorflow",
+}
+
+
+def _split_backend(script):
+    return pytest.mark.split_backend(SIDE_BY_SIDE_BACKEND[script])
 
 
 def _current_backend():
@@ -42,10 +63,12 @@ def _current_backend():
 def shared_run():
     """`bench/smoke.py` over `SHARED_PROCESS`: script -> (ok, its output)."""
     backend = _current_backend()
+    side_by_side = os.environ.get("KERAS_ATTN_SPLIT_BACKENDS") == "1"
     commands = [
         command
         for script, command in SHARED_PROCESS.items()
-        if backend == "jax" or script != "cost_analysis.py"
+        if (backend == "jax" or script != "cost_analysis.py")
+        and (not side_by_side or SIDE_BY_SIDE_BACKEND[script] == backend)
     ]
     result = subprocess.run(
         [sys.executable, str(BENCH / "smoke.py"), "--backend", backend, *commands],
@@ -85,6 +108,7 @@ def run_quick(script, *flags):
     return result.stdout
 
 
+@_split_backend("train_throughput.py")
 def test_train_throughput_base_gpu_smoke(shared_run):
     # The GPU command's code path (mixed_bfloat16, `fit` with
     # steps_per_execution, both MFU columns) at the quick sizes; the
@@ -101,6 +125,7 @@ def test_train_throughput_base_gpu_smoke(shared_run):
     assert "ratio keras-attn/keras-hub at equal work (attention_dropout=0.1):" in out
 
 
+@_split_backend("host_overhead.py")
 def test_host_overhead_quick(shared_run):
     out = shared_output(shared_run, "host_overhead.py")
     assert "seed generators" in out
@@ -110,6 +135,7 @@ def test_host_overhead_quick(shared_run):
     assert "fit spe=2 " in out
 
 
+@_split_backend("decoding_throughput.py")
 def test_decoding_throughput_base_gpu_smoke(shared_run):
     out = shared_output(shared_run, "decoding_throughput.py")
     assert "dtype policy mixed_bfloat16" in out
@@ -118,6 +144,7 @@ def test_decoding_throughput_base_gpu_smoke(shared_run):
     assert "cached / uncached greedy speedup:" in out
 
 
+@_split_backend("cost_analysis.py")
 def test_cost_analysis_quick(shared_run):
     if keras.backend.backend() != "jax":
         pytest.skip("XLA's cost analysis is read through JAX")
@@ -128,12 +155,14 @@ def test_cost_analysis_quick(shared_run):
     assert "loss on the output projection" in out
 
 
+@_split_backend("real_tokens.py")
 def test_real_tokens_quick(shared_run):
     out = shared_output(shared_run, "real_tokens.py")
     assert "\npadded " in out and "\nbucketed " in out
     assert "ratio bucketed/padded:" in out
 
 
+@_split_backend("layer_norm_step.py")
 def test_layer_norm_step_quick(shared_run):
     out = shared_output(shared_run, "layer_norm_step.py")
     # 1 + 1 post-norm layers: the encoder block's 2 norms, the decoder's 3.
@@ -143,6 +172,7 @@ def test_layer_norm_step_quick(shared_run):
     assert "ratio keras LayerNormalization / keras-attn LayerNorm: " in out
 
 
+@_split_backend("attention_scaling.py")
 def test_attention_scaling_quick(shared_run):
     out = shared_output(shared_run, "attention_scaling.py")
     for name in ("keras-attn fused", "keras-attn explicit", "keras.layers.MHA"):

@@ -127,8 +127,14 @@ def _page_id(page):
 
 
 @pytest.mark.parametrize("page", doc_pages(), ids=_page_id)
-def test_page_python_blocks_run(page, monkeypatch, tmp_path):
-    """Runs the page's Python blocks in order, in one namespace."""
+def test_page_python_blocks_run(
+    page, monkeypatch, tmp_path, no_collection_per_deleted_variable
+):
+    """Runs the page's Python blocks in order, in one namespace.
+
+    (Without Keras's collection per deleted variable: a page that calls
+    `model.quantize` spent most of its time there.)
+    """
     # Pages may write files: into a temporary directory, not the checkout.
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": f"docs.{page.stem}"}

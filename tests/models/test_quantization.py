@@ -27,6 +27,10 @@ MAX_RELATIVE_ERROR = 0.05
 MIN_SAME_PREDICTIONS = 0.9
 
 
+# Keras collects garbage for every kernel `quantize` replaces (conftest.py).
+pytestmark = pytest.mark.usefixtures("no_collection_per_deleted_variable")
+
+
 def _numpy(x):
     return ops.convert_to_numpy(x)
 
@@ -62,7 +66,7 @@ def test_int8_model_is_close_and_round_trips(kind, tmp_path):
     inputs, targets = copy_task(kind)
     model = make_model(kind)
     train(model, inputs, targets)
-    expected = _numpy(model.predict(inputs, verbose=0))
+    expected = _numpy(model(inputs))
 
     with warnings.catch_warnings():
         # Layers without weights to quantize (norms, dropout) warn.
@@ -75,22 +79,26 @@ def test_int8_model_is_close_and_round_trips(kind, tmp_path):
         or isinstance(layer, keras.layers.Embedding)
     }
     assert modes and set(modes.values()) == {"int8"}, modes
-    quantized = _numpy(model.predict(inputs, verbose=0))
+    quantized = _numpy(model(inputs))
+    # Compiled too, as users serve it. It is not bit-equal to the eager call:
+    # a last-digit difference can move an activation to the next int8 step.
+    compiled = _numpy(model.predict(inputs, verbose=0))
     # The float model's optimizer state does not apply to the int8 weights:
     # compiled again, the saved model loads without Keras's warning.
     _compile(model)
     model.optimizer.build(model.trainable_variables)
 
-    assert _relative_error(quantized, expected) < MAX_RELATIVE_ERROR
-    same = np.mean(quantized.argmax(-1) == expected.argmax(-1))
-    assert same >= MIN_SAME_PREDICTIONS
+    for outputs in (quantized, compiled):
+        assert _relative_error(outputs, expected) < MAX_RELATIVE_ERROR
+        same = np.mean(outputs.argmax(-1) == expected.argmax(-1))
+        assert same >= MIN_SAME_PREDICTIONS
 
     path = os.path.join(tmp_path, "int8.keras")
     model.save(path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         loaded = load_model(path)
-    np.testing.assert_array_equal(_numpy(loaded.predict(inputs, verbose=0)), quantized)
+    np.testing.assert_array_equal(_numpy(loaded(inputs)), quantized)
 
 
 def test_float8_model_runs_and_round_trips(tmp_path):

@@ -40,10 +40,13 @@ def trained(tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("multi30k_tiny")
     backend = os.environ.get("KERAS_BACKEND", "jax")
     common = ["--backend", backend, "--output-dir", str(output_dir)]
-    run_recipe("train", *common, "--setting", "tiny", "--set", "epochs=1")
+    first = run_recipe("train", *common, "--setting", "tiny", "--set", "epochs=1")
     # Restarting with a longer run resumes after the last completed epoch;
     # counted in updates, the second epoch stops after 35 in all.
-    run_recipe("train", *common, "--setting", "tiny", "--set", "train_steps=35")
+    resumed = run_recipe(
+        "train", *common, "--setting", "tiny", "--set", "train_steps=35"
+    )
+    output_dir.joinpath("train_stderr.txt").write_text(first.stderr + resumed.stderr)
     return output_dir, common
 
 
@@ -60,6 +63,15 @@ def test_training_stops_at_the_update_count_and_logs_each_update(trained):
         rows = list(csv.DictReader(file))
     assert [int(row["update"]) for row in rows] == [25]  # Every 25 updates.
     assert float(rows[0]["learning_rate"]) > 0 and float(rows[0]["loss"]) > 0
+
+
+@pytest.mark.slow
+def test_training_logs_no_python_warning(trained):
+    # E.g. Keras's "`shuffle=True` was passed, but will be ignored" for a
+    # tf.data dataset, which this recipe shuffles itself.
+    output_dir, _ = trained
+    stderr = (output_dir / "train_stderr.txt").read_text()
+    assert "Warning:" not in stderr, stderr[-3000:]
 
 
 @pytest.mark.slow
