@@ -65,6 +65,12 @@ class TranslationConfig:
     # small rate instead of stopping half-way down the paper's curve.
     learning_rate_decay: str = "inverse_sqrt"
     label_smoothing: float = 0.1
+    # Subword regularization: every epoch draws each training sentence's
+    # segmentation from its `subword_nbest_size` best (1: the best, always),
+    # with probability proportional to P(segmentation) ** subword_alpha
+    # (`make_translation_dataset`). Validation and decoding use the best.
+    subword_nbest_size: int = 1
+    subword_alpha: float = 0.1
     beam_size: int = 4
     length_penalty_alpha: float = 0.6
     average_checkpoints: int = 1  # `evaluate` averages the last N epochs
@@ -115,6 +121,7 @@ class TranslationConfig:
             "beam_size",
             "average_checkpoints",
             "steps_per_execution",
+            "subword_nbest_size",
         )
         optional_positive = ("num_layers", "hidden_dim", "num_heads")
         optional_positive += ("train_steps", "epochs")
@@ -131,6 +138,7 @@ class TranslationConfig:
             ("label_smoothing", 0.0, 1.0),
             ("dropout", 0.0, 1.0),
             ("length_penalty_alpha", 0.0, float("inf")),
+            ("subword_alpha", 0.0, float("inf")),
         ):
             value = getattr(self, name)
             if value is None and name == "dropout":

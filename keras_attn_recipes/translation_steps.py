@@ -145,6 +145,9 @@ def _translation_datasets(config, tokenizer, train_pairs, val_pairs, epoch_shuff
             seed=config.seed,
             pad_remainder=True,
             shuffle_epoch=epoch_shuffle if shuffle else None,
+            # Sampled segmentations for training; validation uses the best.
+            subword_nbest_size=config.subword_nbest_size if shuffle else 1,
+            subword_alpha=config.subword_alpha,
         )
 
     return dataset(train_pairs, True), dataset(val_pairs, False)

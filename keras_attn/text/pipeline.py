@@ -24,8 +24,13 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
+from keras_attn.text.subword_sampling import (
+    sample_segmentations,
+    segmentation_candidates,
+)
 from keras_attn.validation import (
     check_bool,
+    check_float,
     check_int,
     check_positive_int,
     check_seed,
@@ -79,6 +84,7 @@ def _pair_order(num_pairs, shuffle, seed, repeat, epoch):
             seed=tf.stack([tf.constant(seed, tf.int64), epoch]),
         )
         return tf.data.Dataset.from_tensor_slices(indices)
+    num_pairs = int(num_pairs)  # Eager here: only the epoch-keyed order is traced.
     dataset = tf.data.Dataset.range(num_pairs)
     if shuffle:
         dataset = dataset.shuffle(num_pairs, seed=seed, reshuffle_each_iteration=True)
@@ -91,9 +97,10 @@ def _example_dataset(
     source_ids, target_ids, tokenizer, shuffle, seed, repeat, epoch=None
 ):
     """A dataset of unbatched `(encoder_tokens, decoder_tokens, labels)` triples."""
-    num_pairs = int(source_ids.nrows())
-    start = tf.fill([num_pairs, 1], tf.constant(tokenizer.start_id, tf.int32))
-    end = tf.fill([num_pairs, 1], tf.constant(tokenizer.end_id, tf.int32))
+    num_pairs = source_ids.nrows()  # A tensor: ids sampled per epoch are traced.
+    column = tf.stack([num_pairs, tf.constant(1, num_pairs.dtype)])  # (pairs, 1)
+    start = tf.fill(column, tf.constant(tokenizer.start_id, tf.int32))
+    end = tf.fill(column, tf.constant(tokenizer.end_id, tf.int32))
     encoder_tokens = tf.concat([source_ids, end], axis=1)  # (pairs, (S))
     decoder_tokens = tf.concat([start, target_ids], axis=1)  # (pairs, (T))
     labels = tf.concat([target_ids, end], axis=1)  # (pairs, (T))
@@ -219,7 +226,14 @@ def _bucket_lengths(max_length, bucket_boundaries, max_tokens_per_batch):
 
 
 def _bucketed_batches(
-    source_ids, target_ids, tokenizer, lengths, max_tokens_per_batch, order, epoch=None
+    source_ids,
+    target_ids,
+    *,
+    tokenizer,
+    lengths,
+    max_tokens_per_batch,
+    order,
+    epoch=None,
 ):
     """One pass of token-budget batches, padded to their bucket's length.
 
@@ -271,6 +285,8 @@ def make_translation_dataset(
     repeat=False,
     pad_remainder=False,
     shuffle_epoch=None,
+    subword_nbest_size=1,
+    subword_alpha=0.1,
 ):
     """Builds a token-budget, length-bucketed dataset of sentence pairs.
 
@@ -313,6 +329,19 @@ def make_translation_dataset(
             uninterrupted run saw at epoch `k`. Needs `shuffle=True`, an
             integer `seed` and `repeat=False`. Defaults to `None`: tf.data
             reshuffles on every pass.
+        subword_nbest_size: subword regularization (Kudo, 2018): with a
+            value `l > 1`, every epoch segments each sentence anew, drawing
+            one of its `l` best SentencePiece segmentations with probability
+            proportional to `P(segmentation) ** subword_alpha`; the draw is
+            a function of `seed` and the epoch. Needs `shuffle_epoch` and a
+            unigram tokenizer. Every epoch has as many batches as the best
+            segmentations give (sampled ones are a little longer: a pass
+            ends when that count is reached, wrapping round if it is not).
+            Segmentations longer than `max_length - 1` ids are never drawn.
+            Defaults to `1`: the best segmentation, always.
+        subword_alpha: the smoothing exponent of that draw, `>= 0`: `0`
+            draws uniformly, larger values favour the best segmentation.
+            Defaults to `0.1` (the paper's value for n-best sampling).
 
     Returns:
         A `tf.data.Dataset` of `({"encoder_tokens": int32 (B, L),
@@ -342,30 +371,85 @@ def make_translation_dataset(
             f"`repeat=False`. Received: shuffle={shuffle}, seed={seed}, "
             f"repeat={repeat}"
         )
+    subword_nbest_size = check_int(subword_nbest_size, "subword_nbest_size", 1)
+    subword_alpha = check_float(subword_alpha, "subword_alpha", min_value=0.0)
+    if subword_nbest_size > 1 and shuffle_epoch is None:
+        raise ValueError(
+            "`subword_nbest_size` > 1 draws each epoch's segmentations from "
+            "the epoch that `shuffle_epoch` reports, so it needs "
+            "`shuffle_epoch`. Received: "
+            f"subword_nbest_size={subword_nbest_size}, shuffle_epoch=None"
+        )
     source_ids, target_ids = _encode_pairs(sources, targets, tokenizer, max_length)
+    num_batches = _bucketed_batch_count(
+        source_ids, target_ids, lengths, max_tokens_per_batch
+    )
     batching = functools.partial(
         _bucketed_batches,
-        source_ids,
-        target_ids,
-        tokenizer,
-        lengths,
-        max_tokens_per_batch,
-        dict(shuffle=shuffle, seed=seed, repeat=repeat, pad_remainder=pad_remainder),
+        tokenizer=tokenizer,
+        lengths=lengths,
+        max_tokens_per_batch=max_tokens_per_batch,
+        order=dict(
+            shuffle=shuffle, seed=seed, repeat=repeat, pad_remainder=pad_remainder
+        ),
     )
     if shuffle_epoch is None:
-        dataset = batching()
-    else:
+        dataset = batching(source_ids, target_ids)
+    elif subword_nbest_size == 1:
         # The one-element outer dataset re-runs `batching` on every pass,
         # reading the epoch variable afresh each time.
         dataset = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).flat_map(
-            lambda _: batching(shuffle_epoch.epoch.read_value())
+            lambda _: batching(
+                source_ids, target_ids, epoch=shuffle_epoch.epoch.read_value()
+            )
+        )
+    else:
+        sample_pairs = _pair_sampler(
+            list(sources),
+            list(targets),
+            tokenizer,
+            max_length,
+            subword_nbest_size,
+            subword_alpha,
+            seed,
+        )
+
+        def sampled_pass(_):
+            epoch = shuffle_epoch.epoch.read_value()
+            return (
+                batching(*sample_pairs(epoch), epoch=epoch).repeat().take(num_batches)
+            )
+
+        dataset = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).flat_map(
+            sampled_pass
         )
     if not repeat:
-        num_batches = _bucketed_batch_count(
-            source_ids, target_ids, lengths, max_tokens_per_batch
-        )
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
     return _name_inputs_and_prefetch(dataset)
+
+
+def _pair_sampler(sources, targets, tokenizer, max_length, nbest_size, alpha, seed):
+    """A function of the epoch giving that epoch's sampled `(source, target)` ids."""
+    keep = max_length - 1  # As `_encode_pairs`: one place for the start/end id.
+    candidates = [
+        segmentation_candidates(tokenizer, sentences, nbest_size, keep)
+        for sentences in (sources, targets)
+    ]
+
+    def sample(epoch):
+        # Source and target draw with their own seeds, both keyed by epoch;
+        # the pair order uses (seed, epoch) and the batch order seed + 1.
+        return tuple(
+            sample_segmentations(
+                ids,
+                scores,
+                alpha,
+                seed=tf.stack([tf.constant(seed + offset, tf.int64), epoch]),
+            )
+            for offset, (ids, scores) in zip((2, 3), candidates)
+        )
+
+    return sample
 
 
 def make_padded_dataset(

@@ -43,6 +43,8 @@ def test_usage_errors_exit_2_and_name_the_argument(argv, message, capsys):
         ("time_budget_minutes=-5", "Received: time_budget_minutes=-5"),
         ("train_steps=0", "`train_steps` must be a positive integer"),
         ("average_checkpoints=0", "Received: average_checkpoints=0"),
+        ("subword_nbest_size=0", "Received: subword_nbest_size=0"),
+        ("subword_alpha=-1", "Received: subword_alpha=-1"),
     ],
 )
 def test_invalid_settings_are_rejected_by_name(override, message):

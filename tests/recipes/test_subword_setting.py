@@ -1,0 +1,39 @@
+"""The recipe's `subword_nbest_size` setting samples training data only."""
+
+import numpy as np
+
+from keras_attn.text import EpochSeededShuffle, SubwordTokenizer, load_multi30k
+from keras_attn_recipes.translation_config import SETTINGS
+from keras_attn_recipes.translation_steps import _translation_datasets
+
+
+def _batches(dataset):
+    return [(x["encoder_tokens"].numpy(), y.numpy()) for x, y in dataset]
+
+
+def _same(first, second):
+    return len(first) == len(second) and all(
+        a.shape == b.shape and np.array_equal(a, b)
+        for pair_a, pair_b in zip(first, second)
+        for a, b in zip(pair_a, pair_b)
+    )
+
+
+def test_training_batches_are_sampled_and_validation_is_not():
+    sources, targets = load_multi30k("val")
+    train_pairs = (sources[:150], targets[:150])
+    val_pairs = (sources[150:200], targets[150:200])
+    tokenizer = SubwordTokenizer.train(sources + targets, vocabulary_size=300)
+    plain = SETTINGS["tiny"]
+    sampled = plain.replace(subword_nbest_size=8, subword_alpha=0.1)
+    datasets = {
+        name: _translation_datasets(
+            config, tokenizer, train_pairs, val_pairs, EpochSeededShuffle()
+        )
+        for name, config in (("plain", plain), ("sampled", sampled))
+    }
+    plain_train, plain_val = (_batches(d) for d in datasets["plain"])
+    sampled_train, sampled_val = (_batches(d) for d in datasets["sampled"])
+    assert len(sampled_train) == len(plain_train)
+    assert not _same(sampled_train, plain_train)
+    assert _same(sampled_val, plain_val)
