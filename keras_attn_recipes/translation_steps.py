@@ -20,7 +20,6 @@ from keras_attn.text import (
     make_translation_dataset,
     padding_statistics,
 )
-from keras_attn.text.pipeline import DEFAULT_BUCKET_LENGTHS
 from keras_attn.training import (
     AtomicBackupAndRestore,
     MaskedAccuracy,
@@ -93,8 +92,7 @@ def build_model(config, vocabulary_size):
 
 def _bucket_batch_sizes(config):
     """The batch sizes `make_translation_dataset` uses (one per length bucket)."""
-    lengths = [n for n in DEFAULT_BUCKET_LENGTHS if n < config.max_length]
-    return [config.max_tokens_per_batch // n for n in lengths + [config.max_length]]
+    return [config.max_tokens_per_batch // n for n in config.bucket_boundaries()]
 
 
 def _check_batches_split_evenly(distribution, config):
@@ -105,8 +103,7 @@ def _check_batches_split_evenly(distribution, config):
             name="max_tokens_per_batch // bucket length",
         )
     except ValueError as error:
-        lengths = [n for n in DEFAULT_BUCKET_LENGTHS if n < config.max_length]
-        step = math.lcm(*lengths, config.max_length) * distribution.num_replicas
+        step = math.lcm(*config.bucket_boundaries()) * distribution.num_replicas
         raise ValueError(
             f"{error}. Use `--set max_tokens_per_batch=N` with N a multiple of {step}."
         ) from None
@@ -141,6 +138,7 @@ def _translation_datasets(config, tokenizer, train_pairs, val_pairs, epoch_shuff
             tokenizer,
             max_tokens_per_batch=config.max_tokens_per_batch,
             max_length=config.max_length,
+            bucket_boundaries=config.bucket_boundaries(),
             shuffle=shuffle,
             seed=config.seed,
             pad_remainder=True,

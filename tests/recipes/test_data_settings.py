@@ -1,10 +1,15 @@
-"""The recipe's `subword_nbest_size` setting samples training data only."""
+"""The recipe's data settings: `subword_nbest_size` samples training data
+only; `bucket_lengths` sets the padded lengths of the training batches."""
 
 import numpy as np
 
 from keras_attn.text import EpochSeededShuffle, SubwordTokenizer, load_multi30k
+from keras_attn_recipes import translation_config
 from keras_attn_recipes.translation_config import SETTINGS
-from keras_attn_recipes.translation_steps import _translation_datasets
+from keras_attn_recipes.translation_steps import (
+    _bucket_batch_sizes,
+    _translation_datasets,
+)
 
 
 def _batches(dataset):
@@ -37,3 +42,24 @@ def test_training_batches_are_sampled_and_validation_is_not():
     assert len(sampled_train) == len(plain_train)
     assert not _same(sampled_train, plain_train)
     assert _same(sampled_val, plain_val)
+
+
+def test_default_bucket_lengths_are_the_pipelines():
+    from keras_attn.text.pipeline import DEFAULT_BUCKET_LENGTHS
+
+    assert translation_config.DEFAULT_BUCKET_LENGTHS == DEFAULT_BUCKET_LENGTHS
+
+
+def test_bucket_lengths_set_the_training_batch_shapes():
+    sources, targets = load_multi30k("val")
+    pairs = (sources[:200], targets[:200])
+    tokenizer = SubwordTokenizer.train(sources + targets, vocabulary_size=300)
+    config = SETTINGS["tiny"].replace(bucket_lengths=[6, 9, 14, 20, 30, 200])
+    assert config.bucket_boundaries() == [6, 9, 14, 20, 30, 64]
+    assert _bucket_batch_sizes(config) == [512 // n for n in (6, 9, 14, 20, 30, 64)]
+    train, _ = _translation_datasets(
+        config, tokenizer, pairs, pairs, EpochSeededShuffle()
+    )
+    shapes = {tuple(labels.shape) for _, labels in _batches(train)}
+    assert {length for _, length in shapes} <= {6, 9, 14, 20, 30, 64}
+    assert {512 // length for _, length in shapes} == {rows for rows, _ in shapes}
