@@ -12,7 +12,6 @@ from keras_attn_recipes.translation_steps import (
     _translation_datasets,
 )
 
-
 # The tiny setting's 300-piece vocabulary truncates a few pairs (and says so).
 pytestmark = pytest.mark.filterwarnings("ignore:.*truncated to max_length")
 
