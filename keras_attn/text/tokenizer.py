@@ -274,11 +274,11 @@ class SubwordTokenizer(tf.Module):
         """
         strings = check_string_list(strings, "strings")
         nbest_size = check_int(nbest_size, "nbest_size", min_value=1)
-        if self.get_config()["model_type"] != "unigram":
+        model_type = self.get_config()["model_type"]  # Parses the model once.
+        if model_type != "unigram":
             raise ValueError(
                 "`nbest_tokenize` needs a unigram model (SentencePiece has no "
-                "n-best search for BPE). Received: "
-                f"model_type={self.get_config()['model_type']!r}"
+                f"n-best search for BPE). Received: model_type={model_type!r}"
             )
         # Flat lists, assembled into ragged tensors once: (strings, (k), (t)).
         ids, token_counts, candidate_counts, scores = [], [], [], []
