@@ -79,6 +79,10 @@ class TranslationConfig:
     # (`make_translation_dataset`). Validation and decoding use the best.
     subword_nbest_size: int = 1
     subword_alpha: float = 0.1
+    # R-Drop (Liang et al., 2021): > 0 feeds every batch twice (so a batch
+    # holds 2 * max_tokens_per_batch positions) and adds this weight times
+    # the two passes' symmetric KL divergence to the loss (`RDropLoss`).
+    r_drop_alpha: float = 0.0
     beam_size: int = 4
     length_penalty_alpha: float = 0.6
     average_checkpoints: int = 1  # `evaluate` averages the last N epochs
@@ -160,6 +164,7 @@ class TranslationConfig:
             ("dropout", 0.0, 1.0),
             ("length_penalty_alpha", 0.0, float("inf")),
             ("subword_alpha", 0.0, float("inf")),
+            ("r_drop_alpha", 0.0, float("inf")),
         ):
             value = getattr(self, name)
             if value is None and name == "dropout":

@@ -19,11 +19,13 @@ from keras_attn.text import (
     load_parallel_corpus,
     make_translation_dataset,
     padding_statistics,
+    repeat_batches,
 )
 from keras_attn.training import (
     AtomicBackupAndRestore,
     MaskedAccuracy,
     MaskedSparseCategoricalCrossentropy,
+    RDropLoss,
     TransformerSchedule,
     average_checkpoints,
     paper_adam,
@@ -81,13 +83,23 @@ def build_model(config, vocabulary_size):
         optimizer=paper_adam(
             learning_rate=learning_rate_schedule(config, model.hidden_dim)
         ),
-        loss=MaskedSparseCategoricalCrossentropy(
-            label_smoothing=config.label_smoothing, ignore_class=model.pad_id
-        ),
+        loss=_loss(config, model.pad_id),
         metrics=[MaskedAccuracy(ignore_class=model.pad_id)],
         steps_per_execution=config.steps_per_execution,
     )
     return model
+
+
+def _loss(config, pad_id):
+    if config.r_drop_alpha:
+        return RDropLoss(
+            alpha=config.r_drop_alpha,
+            label_smoothing=config.label_smoothing,
+            ignore_class=pad_id,
+        )
+    return MaskedSparseCategoricalCrossentropy(
+        label_smoothing=config.label_smoothing, ignore_class=pad_id
+    )
 
 
 def _bucket_batch_sizes(config):
@@ -117,6 +129,13 @@ def _configure_distribution(config, distribute, mesh):
     """`keras_attn.distribution.configure`, refused where this recipe can't run."""
     # First, before anything runs on a device (multi-process set-up needs it).
     distribution = keras_attn.distribution.configure(distribute, mesh_shape=mesh)
+    if config.r_drop_alpha and distribution.num_replicas > 1:
+        raise ValueError(
+            "`r_drop_alpha` pairs the two halves of each batch, which data "
+            "parallelism would split between devices; train R-Drop on one "
+            f"device. Received: r_drop_alpha={config.r_drop_alpha}, "
+            f"{distribution.num_replicas} replicas"
+        )
     if distribution.num_processes > 1:
         raise ValueError(
             "This recipe trains in one process (its length-bucketed batches "
@@ -132,7 +151,7 @@ def _translation_datasets(config, tokenizer, train_pairs, val_pairs, epoch_shuff
 
     def dataset(pairs, shuffle):
         sources, targets = pairs
-        return make_translation_dataset(
+        data = make_translation_dataset(
             sources,
             targets,
             tokenizer,
@@ -147,6 +166,9 @@ def _translation_datasets(config, tokenizer, train_pairs, val_pairs, epoch_shuff
             subword_nbest_size=config.subword_nbest_size if shuffle else 1,
             subword_alpha=config.subword_alpha,
         )
+        # R-Drop's two passes: validation too, where (without dropout) the
+        # halves agree and the loss is the plain cross-entropy.
+        return repeat_batches(data) if config.r_drop_alpha else data
 
     return dataset(train_pairs, True), dataset(val_pairs, False)
 

@@ -7,6 +7,7 @@ This subpackage needs TensorFlow, tensorflow-text, sentencepiece and sacrebleu
 `model.fit` on JAX too.
 """
 
+from keras_attn.text.batch_repeat import repeat_batches
 from keras_attn.text.bleu import BleuReport, corpus_bleu
 from keras_attn.text.epoch_seeded_shuffle import EpochSeededShuffle
 from keras_attn.text.parallel_corpus import (
@@ -40,4 +41,5 @@ __all__ = [
     "make_translation_dataset",
     "padding_statistics",
     "read_lines",
+    "repeat_batches",
 ]

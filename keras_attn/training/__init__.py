@@ -7,6 +7,7 @@
 - `MaskedAccuracy`: token accuracy that skips padding.
 - `AtomicBackupAndRestore`: resumable training whose backups survive kills.
 - `average_checkpoints`: the mean weights of the last checkpoints (6.1).
+- `RDropLoss`: R-Drop's consistency loss between two dropout passes.
 """
 
 from keras_attn.training.backup import AtomicBackupAndRestore
@@ -14,12 +15,14 @@ from keras_attn.training.checkpoint_averaging import average_checkpoints
 from keras_attn.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_attn.training.metrics import MaskedAccuracy
 from keras_attn.training.optimizers import paper_adam
+from keras_attn.training.r_drop import RDropLoss
 from keras_attn.training.schedules import TransformerSchedule
 
 __all__ = [
     "AtomicBackupAndRestore",
     "MaskedAccuracy",
     "MaskedSparseCategoricalCrossentropy",
+    "RDropLoss",
     "TransformerSchedule",
     "average_checkpoints",
     "paper_adam",

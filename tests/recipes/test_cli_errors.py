@@ -45,6 +45,7 @@ def test_usage_errors_exit_2_and_name_the_argument(argv, message, capsys):
         ("average_checkpoints=0", "Received: average_checkpoints=0"),
         ("subword_nbest_size=0", "Received: subword_nbest_size=0"),
         ("subword_alpha=-1", "Received: subword_alpha=-1"),
+        ("r_drop_alpha=-1", "Received: r_drop_alpha=-1"),
         ("bucket_lengths=[8,8]", "Received: bucket_lengths=[8, 8]"),
         ("bucket_lengths=8", "Received: bucket_lengths=8"),
     ],

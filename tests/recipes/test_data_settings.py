@@ -1,14 +1,17 @@
 """The recipe's data settings: `subword_nbest_size` samples training data
-only; `bucket_lengths` sets the padded lengths of the training batches."""
+only; `bucket_lengths` sets the padded lengths of the training batches;
+`r_drop_alpha` repeats every batch and switches the loss to `RDropLoss`."""
 
 import numpy as np
 import pytest
 
 from keras_attn.text import EpochSeededShuffle, SubwordTokenizer, load_multi30k
+from keras_attn.training import MaskedSparseCategoricalCrossentropy, RDropLoss
 from keras_attn_recipes import translation_config
 from keras_attn_recipes.translation_config import SETTINGS
 from keras_attn_recipes.translation_steps import (
     _bucket_batch_sizes,
+    _loss,
     _translation_datasets,
 )
 
@@ -67,3 +70,30 @@ def test_bucket_lengths_set_the_training_batch_shapes():
     shapes = {tuple(labels.shape) for _, labels in _batches(train)}
     assert {length for _, length in shapes} <= {6, 9, 14, 20, 30, 64}
     assert {512 // length for _, length in shapes} == {rows for rows, _ in shapes}
+
+
+def test_r_drop_repeats_every_batch_and_uses_its_loss():
+    sources, targets = load_multi30k("val")
+    pairs = (sources[:120], targets[:120])
+    tokenizer = SubwordTokenizer.train(sources + targets, vocabulary_size=300)
+    plain = SETTINGS["tiny"]
+    r_drop = plain.replace(r_drop_alpha=5.0)
+    plain_data, r_drop_data = (
+        [
+            _batches(dataset)
+            for dataset in _translation_datasets(
+                config, tokenizer, pairs, pairs, EpochSeededShuffle()
+            )
+        ]
+        for config in (plain, r_drop)
+    )
+    for plain_batches, r_drop_batches in zip(plain_data, r_drop_data):  # train, val
+        doubled = [
+            tuple(np.concatenate([part, part]) for part in batch)
+            for batch in plain_batches
+        ]
+        assert _same(r_drop_batches, doubled)
+    assert type(_loss(plain, 0)) is MaskedSparseCategoricalCrossentropy
+    loss = _loss(r_drop, 0)
+    assert isinstance(loss, RDropLoss) and loss.alpha == 5.0
+    assert loss.label_smoothing == r_drop.label_smoothing

@@ -305,3 +305,22 @@ def test_model_fit_consumes_the_dataset(corpus, tokenizer):
     )
     history = model.fit(dataset, steps_per_epoch=2, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_repeat_batches_stacks_each_batch_and_keeps_static_shapes():
+    import tensorflow as tf
+
+    from keras_attn.text import repeat_batches
+
+    data = tf.data.Dataset.from_tensor_slices(
+        ({"a": np.arange(12).reshape(6, 2)}, np.arange(6))
+    ).batch(4, drop_remainder=True)
+    repeated = repeat_batches(data, copies=3)
+    assert repeated.element_spec[1].shape.as_list() == [12]
+    ((inputs, labels),) = list(repeated)
+    np.testing.assert_array_equal(labels.numpy(), np.tile(np.arange(4), 3))
+    np.testing.assert_array_equal(
+        inputs["a"].numpy(), np.tile(np.arange(8).reshape(4, 2), (3, 1))
+    )
+    with pytest.raises(ValueError, match="copies"):
+        repeat_batches(data, copies=0)
