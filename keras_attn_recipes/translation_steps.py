@@ -121,6 +121,16 @@ def _check_batches_split_evenly(distribution, config):
         ) from None
 
 
+def _check_r_drop_on_one_replica(distribution, config):
+    if config.r_drop_alpha and distribution.num_replicas > 1:
+        raise ValueError(
+            "`r_drop_alpha` pairs the two halves of each batch, which data "
+            "parallelism would split between devices; train R-Drop on one "
+            f"device. Received: r_drop_alpha={config.r_drop_alpha}, "
+            f"{distribution.num_replicas} replicas"
+        )
+
+
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good backup is kept."""
 
@@ -129,13 +139,7 @@ def _configure_distribution(config, distribute, mesh):
     """`keras_attn.distribution.configure`, refused where this recipe can't run."""
     # First, before anything runs on a device (multi-process set-up needs it).
     distribution = keras_attn.distribution.configure(distribute, mesh_shape=mesh)
-    if config.r_drop_alpha and distribution.num_replicas > 1:
-        raise ValueError(
-            "`r_drop_alpha` pairs the two halves of each batch, which data "
-            "parallelism would split between devices; train R-Drop on one "
-            f"device. Received: r_drop_alpha={config.r_drop_alpha}, "
-            f"{distribution.num_replicas} replicas"
-        )
+    _check_r_drop_on_one_replica(distribution, config)
     if distribution.num_processes > 1:
         raise ValueError(
             "This recipe trains in one process (its length-bucketed batches "

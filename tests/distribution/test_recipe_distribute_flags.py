@@ -54,3 +54,13 @@ def test_uneven_buckets_are_rejected_before_training_with_a_fix():
     translation_steps._check_batches_split_evenly(eight, quick_3072)
     tiny_fixed = SETTINGS["tiny"].replace(max_tokens_per_batch=1536)
     translation_steps._check_batches_split_evenly(eight, tiny_fixed)
+
+
+def test_r_drop_is_refused_with_data_parallel_replicas():
+    eight = TrainingDistribution("data", "jax", (8,))
+    r_drop = SETTINGS["tiny"].replace(r_drop_alpha=5.0)
+    with pytest.raises(ValueError, match="Received: r_drop_alpha=5.0, 8 replicas"):
+        translation_steps._check_r_drop_on_one_replica(eight, r_drop)
+    one = TrainingDistribution("none", "jax", (1,))
+    translation_steps._check_r_drop_on_one_replica(one, r_drop)
+    translation_steps._check_r_drop_on_one_replica(eight, SETTINGS["tiny"])
