@@ -375,15 +375,22 @@ def evaluate(
     return report
 
 
+def translate_with_progress(translator, sources, chunk=256):
+    """`translator.translate(sources)` in chunks, with a progress bar."""
+    progress = keras.utils.Progbar(len(sources), unit_name="sentence")
+    hypotheses = []
+    for begin in range(0, len(sources), chunk):
+        hypotheses += translator.translate(sources[begin : begin + chunk])
+        progress.update(len(hypotheses))
+    return hypotheses
+
+
 def _evaluate_split(
     translator, config, output_dir, data_dir, split, strategy, average_last
 ):
     sources, references = _load(data_dir, split, config.evaluation_pairs)
-    progress = keras.utils.Progbar(len(sources), unit_name="sentence")
-    hypotheses, start, chunk = [], time.time(), 256
-    for begin in range(0, len(sources), chunk):
-        hypotheses += translator.translate(sources[begin : begin + chunk])
-        progress.update(len(hypotheses))
+    start = time.time()
+    hypotheses = translate_with_progress(translator, sources)
     seconds = time.time() - start
     report = corpus_bleu(hypotheses, references)
     averaged = f", average of the last {average_last}" if average_last > 1 else ""

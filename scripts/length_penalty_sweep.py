@@ -19,11 +19,13 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
 import sacrebleu  # noqa: E402
 
 from keras_attn.text import Translator, corpus_bleu, load_multi30k  # noqa: E402
-from keras_attn_recipes.translation_steps import load_translator  # noqa: E402
+from keras_attn_recipes.translation_steps import (  # noqa: E402
+    load_translator,
+    translate_with_progress,
+)
 
 
 def parse_args(argv=None):
@@ -45,11 +47,7 @@ def main(argv=None):
         translator = Translator(
             base.model, base.tokenizer, beam_size=beam_size, length_penalty_alpha=alpha
         )
-        progress = keras.utils.Progbar(len(sources), unit_name="sentence")
-        hypotheses = []
-        for begin in range(0, len(sources), 256):
-            hypotheses += translator.translate(sources[begin : begin + 256])
-            progress.update(len(hypotheses))
+        hypotheses = translate_with_progress(translator, sources)
         report = corpus_bleu(hypotheses, references)
         brevity = sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True)
         print(

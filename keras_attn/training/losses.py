@@ -130,6 +130,11 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         return super().__call__(y_true, y_pred, sample_weight=sample_weight)
 
     def call(self, y_true, y_pred):
+        losses, valid = self._token_losses(y_true, y_pred)
+        return self._masked(losses, valid)
+
+    def _token_losses(self, y_true, y_pred):
+        """Per-token losses `(batch, seq)` and the non-padding mask (or None)."""
         y_pred = keras.ops.cast(y_pred, "float32")
         y_true = keras.ops.convert_to_tensor(y_true)
         if len(y_true.shape) == len(y_pred.shape) and y_true.shape[-1] == 1:
@@ -171,7 +176,10 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
                 eps = self.label_smoothing
                 uniform_losses = -keras.ops.mean(log_probs, axis=-1)  # (batch, seq)
                 losses = (1.0 - eps) * losses + eps * uniform_losses
+        return losses, valid
 
+    def _masked(self, losses, valid):
+        """Zeros padding; for mean reductions, rescales to a mean over `valid`."""
         if valid is None:
             return losses
         losses = keras.ops.where(valid, losses, 0.0)

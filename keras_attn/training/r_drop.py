@@ -2,10 +2,7 @@
 
 import keras
 
-from keras_attn.training.losses import (
-    _MEAN_REDUCTIONS,
-    MaskedSparseCategoricalCrossentropy,
-)
+from keras_attn.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_attn.validation import check_float
 
 
@@ -95,28 +92,17 @@ class RDropLoss(MaskedSparseCategoricalCrossentropy):
         self.alpha = check_float(alpha, "alpha", min_value=0.0)
 
     def call(self, y_true, y_pred):
-        # (2 * batch, seq), rescaled for the mean over non-padded tokens.
-        losses = super().call(y_true, y_pred)
-        if not self.alpha:
-            return losses
-        first, second = keras.ops.split(y_pred, 2, axis=0)  # 2 x (batch, seq, vocab)
-        divergence = symmetric_kl_divergence(first, second)  # (batch, seq)
-        # Each half's rows carry a quarter: the mean over both halves is
-        # then alpha / 4 * (KL(a || b) + KL(b || a)) per token.
-        divergence = keras.ops.concatenate([divergence, divergence], axis=0) / 4.0
-        if self.ignore_class is not None:
-            labels = keras.ops.cast(keras.ops.convert_to_tensor(y_true), "int32")
-            if len(labels.shape) == len(y_pred.shape):
-                labels = keras.ops.squeeze(labels, axis=-1)
-            valid = keras.ops.not_equal(labels, self.ignore_class)  # (2*batch, seq)
-            divergence = keras.ops.where(valid, divergence, 0.0)
-            if self.reduction in _MEAN_REDUCTIONS:
-                valid_count = keras.ops.sum(keras.ops.cast(valid, "float32"))
-                total_count = keras.ops.cast(keras.ops.size(valid), "float32")
-                divergence = divergence * keras.ops.divide_no_nan(
-                    total_count, valid_count
-                )
-        return losses + self.alpha * divergence
+        losses, valid = self._token_losses(y_true, y_pred)  # (2 * batch, seq)
+        if self.alpha:
+            first, second = keras.ops.split(
+                y_pred, 2, axis=0
+            )  # 2 x (batch, seq, vocab)
+            divergence = symmetric_kl_divergence(first, second)  # (batch, seq)
+            # Each half's rows carry a quarter: the mean over both halves is
+            # then alpha / 4 * (KL(a || b) + KL(b || a)) per token.
+            divergence = keras.ops.concatenate([divergence, divergence], axis=0)
+            losses = losses + (self.alpha / 4.0) * divergence
+        return self._masked(losses, valid)
 
     def get_config(self):
         config = super().get_config()
