@@ -3,6 +3,7 @@
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 
@@ -11,8 +12,8 @@ import pytest
 from keras_attn_recipes import host_memory
 
 # Runs a jitted gradient whose temporary buffer is about 130 MB and prints
-# the minor page faults per call after warm-up (best of 3 rounds of 5 calls)
-# and the buffer's size in pages.
+# the minor page faults of each of 20 calls after warm-up, and the buffer's
+# size in pages.
 SCRIPT = """
 import json, os, resource, sys
 from keras_attn_recipes.host_memory import reuse_freed_host_memory
@@ -30,18 +31,14 @@ w = jnp.ones((64, 4096), "float32") * 0.01
 compiled = jax.jit(jax.grad(loss)).lower(w, x).compile()
 for _ in range(3):
     compiled(w, x).block_until_ready()
-rounds = []
-for _ in range(3):
+faults = []
+for _ in range(20):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(5):
-        compiled(w, x).block_until_ready()
-    rounds.append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
-# The best round: on a loaded machine, an allocation that lands in the freed
-# buffer between calls can split it once in a while.
-faults = min(rounds)
+    compiled(w, x).block_until_ready()
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 pages = compiled.memory_analysis().temp_size_in_bytes / 4096
 arena = os.environ.get("MALLOC_ARENA_MAX")
-print(json.dumps({"applied": applied, "faults": faults, "rounds": rounds, "pages": pages, "arena": arena}))
+print(json.dumps({"applied": applied, "faults": faults, "pages": pages, "arena": arena}))
 """
 
 glibc_linux = pytest.mark.skipif(
@@ -82,9 +79,7 @@ def test_interactive_session_is_not_restarted(monkeypatch):
 @glibc_linux
 @pytest.mark.skipif(
     os.environ.get("KERAS_BACKEND") != "jax",
-    reason="measures a JAX process: run once, in the JAX suite (run beside it "
-    "from the TensorFlow suite it showed a second fault mode, 6,600 faults per "
-    "call, twice; the cause is not known)",
+    reason="measures a JAX process: run once, in the JAX suite",
 )
 def test_jax_steps_reuse_their_temporary_buffer():
     pytest.importorskip("jax")
@@ -93,7 +88,15 @@ def test_jax_steps_reuse_their_temporary_buffer():
     assert reused["arena"] == "1", reused  # The restarted process has them.
     assert reused["pages"] > 10_000, reused  # The buffer is large enough to tell.
     # Without the options every call maps the buffer afresh (on the JAX
-    # versions this project pins); with them the pages are reused.
+    # versions this project pins); with them most calls reuse its pages. On
+    # a loaded machine (CI runs the backends side by side) an allocation of
+    # another thread can land in the freed buffer between two calls, and the
+    # next call then faults a whole buffer in elsewhere: measured in 1 to 4
+    # calls of 20. So the test compares medians of single calls.
     default = _run("default")
-    assert default["faults"] > 0.5 * default["pages"], default
-    assert reused["faults"] < 0.1 * default["faults"], (reused, default)
+    default_median = statistics.median(default["faults"])
+    assert default_median > 0.5 * default["pages"], default
+    assert statistics.median(reused["faults"]) < 0.1 * default_median, (
+        reused,
+        default,
+    )
