@@ -16,6 +16,7 @@ MODEL_SETTINGS = (
     "num_heads",
     "intermediate_dim",
     "dropout",
+    "attention_dropout",
     "normalize_first",
     "vocabulary_size",
     "train_pairs",
@@ -52,6 +53,9 @@ class TranslationConfig:
     num_heads: int | None = None
     intermediate_dim: int | None = None
     dropout: float | None = None
+    # Dropout on the attention weights (the model's `attention_dropout`);
+    # None keeps the preset's value.
+    attention_dropout: float | None = None
     normalize_first: bool = False
     vocabulary_size: int = 8000
     train_pairs: int | None = None  # None: all 29,000
@@ -162,12 +166,13 @@ class TranslationConfig:
         for name, low, high in (
             ("label_smoothing", 0.0, 1.0),
             ("dropout", 0.0, 1.0),
+            ("attention_dropout", 0.0, 1.0),
             ("length_penalty_alpha", 0.0, float("inf")),
             ("subword_alpha", 0.0, float("inf")),
             ("r_drop_alpha", 0.0, float("inf")),
         ):
             value = getattr(self, name)
-            if value is None and name == "dropout":
+            if value is None and name in ("dropout", "attention_dropout"):
                 continue
             if not _is_number(value) or not low <= value < high:
                 raise ValueError(
@@ -192,6 +197,7 @@ class TranslationConfig:
             "num_heads",
             "intermediate_dim",
             "dropout",
+            "attention_dropout",
         )
         overrides = {
             f: getattr(self, f) for f in fields if getattr(self, f) is not None

@@ -39,6 +39,11 @@ def test_usage_errors_exit_2_and_name_the_argument(argv, message, capsys):
         ('vocabulary_size="big"', "Received: vocabulary_size='big'"),
         ("label_smoothing=1.0", "`label_smoothing` must be a number in [0.0, 1.0)"),
         ("dropout=-0.1", "Received: dropout=-0.1"),
+        (
+            "attention_dropout=1.0",
+            "`attention_dropout` must be a number in [0.0, 1.0). "
+            "Received: attention_dropout=1.0",
+        ),
         ("learning_rate_scale=0", "`learning_rate_scale` must be a positive number"),
         ("time_budget_minutes=-5", "Received: time_budget_minutes=-5"),
         ("train_steps=0", "`train_steps` must be a positive integer"),

@@ -1,0 +1,30 @@
+"""The recipe's model settings reach the model it builds: `dropout` on the
+residual branches, `attention_dropout` on the attention weights; `None`
+keeps the preset's values."""
+
+import keras_attn
+from keras_attn_recipes.translation_config import SETTINGS
+from keras_attn_recipes.translation_steps import build_model
+
+
+def _attention_dropouts(model):
+    blocks = list(model.encoder_blocks) + list(model.decoder_blocks)
+    return {block.attention_dropout for block in blocks}
+
+
+def test_attention_dropout_reaches_every_block():
+    config = SETTINGS["tiny"].replace(dropout=0.05, attention_dropout=0.15)
+    model = build_model(config, vocabulary_size=64)
+    assert model.get_config()["attention_dropout"] == 0.15
+    assert model.get_config()["dropout"] == 0.05
+    assert _attention_dropouts(model) == {0.15}
+
+
+def test_unset_model_settings_keep_the_presets_values():
+    model = build_model(SETTINGS["tiny"], vocabulary_size=64)
+    preset = keras_attn.models.Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=64
+    )
+    for name in ("dropout", "attention_dropout"):
+        assert model.get_config()[name] == preset.get_config()[name]
+    assert _attention_dropouts(model) == _attention_dropouts(preset)
