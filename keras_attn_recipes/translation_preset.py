@@ -5,7 +5,9 @@ Reads a run directory of `translate_multi30k.py train` (`model.keras`,
 `*.bleu.json`) and writes the model, its tokenizer and `metadata.json`
 (versions, backend, recipe, data and its licence, scores with their
 sacreBLEU signatures, parameter count) in the layout
-`keras_attn.text.Translator.from_preset` loads.
+`keras_attn.text.Translator.from_preset` loads. Its `"check"` is the
+preset's score as loaded back (float16 weights included) on a few val pairs,
+which `tests/zoo/test_shipped_presets.py` recomputes on every backend.
 """
 
 import dataclasses
@@ -19,6 +21,8 @@ from keras_attn_recipes.translation_steps import load_translator
 
 # What a shipped preset may weigh (the wheel carries it).
 MAX_WEIGHTS_MEGABYTES = 12
+# Val pairs of the `"check"` score (the first ones of the split).
+CHECK_PAIRS = 64
 
 DATA = {
     "name": "Multi30k task 1, English-German (train 29,000 pairs)",
@@ -89,8 +93,54 @@ def save_preset(
         metadata=metadata,
         weights_dtype=dtype,
     )
+    metadata_path = preset_dir / "metadata.json"
+    record = json.loads(metadata_path.read_text())
+    record["check"] = _check(preset_dir)
+    metadata_path.write_text(json.dumps(record, indent=2) + "\n")
     _report(preset_dir, output_dir, metadata, _scores_stem(average_last))
     return preset_dir
+
+
+def _check(preset_dir):
+    """Per-piece perplexity of the preset, as it loads, on the first val pairs.
+
+    Teacher forcing: the model reads `[start] target` and predicts
+    `target [end]`; padding is neither read as a real token nor scored.
+    """
+    import numpy as np
+
+    from keras_attn.text import Translator, load_multi30k
+
+    translator = Translator.from_preset(preset_dir)
+    tokenizer, model = translator.tokenizer, translator.model
+    sources, targets = (side[:CHECK_PAIRS] for side in load_multi30k("val"))
+    source_ids = tokenizer.tokenize(sources).to_list()
+    target_ids = tokenizer.tokenize(targets).to_list()
+
+    def padded(rows):
+        ids = np.full((len(rows), max(map(len, rows))), tokenizer.pad_id, "int32")
+        for row, pieces in enumerate(rows):
+            ids[row, : len(pieces)] = pieces
+        return ids
+
+    encoder_tokens = padded([ids + [tokenizer.end_id] for ids in source_ids])
+    decoder_tokens = padded([[tokenizer.start_id] + ids for ids in target_ids])
+    labels = padded([ids + [tokenizer.end_id] for ids in target_ids])
+    logits = model.predict_on_batch(
+        {"encoder_tokens": encoder_tokens, "decoder_tokens": decoder_tokens}
+    )
+    log_probs = keras.ops.convert_to_numpy(
+        keras.ops.log_softmax(keras.ops.cast(logits, "float32"), axis=-1)
+    )  # (pairs, target_length, vocabulary)
+    picked = np.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+    real = labels != tokenizer.pad_id
+    return {
+        "what": f"per-piece perplexity of the first {CHECK_PAIRS} Multi30k val "
+        "pairs, teacher-forced (`[start] target` in, `target [end]` scored)",
+        "pairs": CHECK_PAIRS,
+        "score": float(np.exp(-picked[real].sum() / real.sum())),
+        "backend": keras.backend.backend(),
+    }
 
 
 def _scores_stem(average_last):

@@ -69,6 +69,10 @@ def test_save_preset_writes_a_preset_that_translates(run_dir, tmp_path, capsys):
     assert metadata["recipe_config"]["vocabulary_size"] == 120
     assert metadata["recipe"]["average_last"] == 2
     assert metadata["decoding"]["beam_size"] == SETTINGS["tiny"].beam_size
+    # The check score that tests/zoo recomputes for the shipped preset.
+    check = metadata["check"]
+    assert check["pairs"] == 64 and check["backend"] == keras.backend.backend()
+    assert np.isfinite(check["score"]) and check["score"] > 1.0
 
     # The preset holds the averaged weights (to float16 precision).
     averaged, _ = load_translator(run_dir, "beam", average_last=2)

@@ -1,8 +1,8 @@
 """The shipped zoo presets load by name and reproduce their stored check scores.
 
 Each preset's `metadata.json` holds a `"check"`: a score on a few held-out
-examples, computed by `recipes/save_zoo_preset.py` from the preset as
-loaded. Here it is recomputed on this backend from the preset's files,
+examples, computed by `recipes/save_zoo_preset.py` (the translator's by
+`keras-attn-translate save-preset`) from the preset as loaded. Here it is recomputed on this backend from the preset's files,
 with the data read independently of the recipes.
 """
 
@@ -14,7 +14,12 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.models import TransformerLM, VisionTransformer, list_presets
+from keras_attn.models import (
+    Transformer,
+    TransformerLM,
+    VisionTransformer,
+    list_presets,
+)
 from keras_attn.models.preset_io import PRESETS_DIR
 
 
@@ -28,6 +33,7 @@ def test_zoo_presets_are_listed_as_trained():
         ("digits_vit", "VisionTransformer"),
         ("bbc_news_classifier", "TransformerEncoderClassifier"),
         ("multi30k_en_lm", "TransformerLM"),
+        ("multi30k_en_de", "Transformer"),
     ]:
         assert listing[name]["model"] == model
         assert listing[name]["weights"]
@@ -70,6 +76,49 @@ def test_bbc_news_classifier_reproduces_its_check_accuracy():
     assert accuracy >= 0.85
 
 
+def next_piece_perplexity(logits, labels, pad_id):
+    """exp of the mean negative log-likelihood of the non-padding labels."""
+    logits = keras.ops.convert_to_numpy(logits).astype("float64")
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+    real = labels != pad_id
+    return math.exp(-picked[real].sum() / real.sum())
+
+
+def padded_rows(rows, pad_id):
+    ids = np.full((len(rows), max(len(row) for row in rows)), pad_id, "int32")
+    for index, row in enumerate(rows):
+        ids[index, : len(row)] = row
+    return ids
+
+
+def test_multi30k_en_de_reproduces_its_check_perplexity():
+    from keras_attn.text import SubwordTokenizer, Translator, load_multi30k
+
+    check = metadata("multi30k_en_de")["check"]
+    sources, targets = load_multi30k("val")
+    sources, targets = sources[: check["pairs"]], targets[: check["pairs"]]
+    tokenizer = SubwordTokenizer.from_preset("multi30k_en_de")
+    start, end, pad = tokenizer.start_id, tokenizer.end_id, tokenizer.pad_id
+    source_pieces = tokenizer.tokenize(sources).to_list()
+    target_pieces = tokenizer.tokenize(targets).to_list()
+    model = Transformer.from_preset("multi30k_en_de")
+    logits = model(
+        {
+            "encoder_tokens": padded_rows([p + [end] for p in source_pieces], pad),
+            "decoder_tokens": padded_rows([[start] + p for p in target_pieces], pad),
+        }
+    )
+    labels = padded_rows([p + [end] for p in target_pieces], pad)
+    perplexity = next_piece_perplexity(logits, labels, pad)
+    np.testing.assert_allclose(perplexity, check["score"], rtol=1e-3)
+    # A trained model: noise would score about the vocabulary size.
+    assert perplexity < 10
+    translator = Translator.from_preset("multi30k_en_de", strategy="greedy")
+    assert translator.translate(["A dog runs."])[0].startswith("Ein Hund")
+
+
 def test_multi30k_en_lm_reproduces_its_check_perplexity():
     from keras_attn.text import SubwordTokenizer, TextGenerator, load_multi30k
 
@@ -82,13 +131,7 @@ def test_multi30k_en_lm_reproduces_its_check_perplexity():
         sequence = [tokenizer.start_id, *pieces, tokenizer.end_id][:length]
         ids[row, : len(sequence)] = sequence
     model = TransformerLM.from_preset("multi30k_en_lm")
-    logits = keras.ops.convert_to_numpy(model(ids[:, :-1])).astype("float64")
-    shifted = logits - logits.max(-1, keepdims=True)
-    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-    labels = ids[:, 1:]
-    picked = np.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
-    real = labels != tokenizer.pad_id
-    perplexity = math.exp(-picked[real].sum() / real.sum())
+    perplexity = next_piece_perplexity(model(ids[:, :-1]), ids[:, 1:], tokenizer.pad_id)
     np.testing.assert_allclose(perplexity, check["score"], rtol=1e-3)
     text = TextGenerator.from_preset("multi30k_en_lm", max_length=16).generate(
         ["A dog"]
