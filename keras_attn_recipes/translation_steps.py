@@ -235,7 +235,13 @@ def _fit(model, train_data, validation_data, epochs, callbacks, backup, config):
         ) from error
 
 
-def _save_results(model, output_dir, minutes):
+def _save_results(model, output_dir, minutes, resumed_updates=0):
+    """`model.keras`, the learning curves and `training.json`.
+
+    `minutes` is this process's training time: a resumed run's record says
+    after how many updates it resumed (`resumed_after_updates`), since the
+    time before that is not counted.
+    """
     model.save(output_dir / "model.keras")
     plot_learning_curves(
         output_dir / "history.csv",
@@ -247,8 +253,14 @@ def _save_results(model, output_dir, minutes):
         "updates": int(model.optimizer.iterations),
         "parameters": model.count_params(),
     }
+    resumed = ""
+    if resumed_updates:
+        summary["resumed_after_updates"] = resumed_updates
+        resumed = f" (resumed after {resumed_updates:,} updates)"
     (output_dir / "training.json").write_text(json.dumps(summary, indent=2))
-    print(f"Trained for {minutes:.1f} min; saved {output_dir / 'model.keras'}.")
+    print(
+        f"Trained for {minutes:.1f} min{resumed}; saved {output_dir / 'model.keras'}."
+    )
 
 
 def train(
@@ -285,10 +297,11 @@ def train(
         print(f"Model: {model.count_params():,} parameters.")
         (output_dir / "checkpoints").mkdir(exist_ok=True)
         backup = AtomicBackupAndRestore(output_dir / "backup", delete_checkpoint=False)
+        resumed_epochs, resumed_updates = _resumed_epochs_and_updates(
+            backup, batches_per_epoch, output_dir
+        )
         epochs = fit_epochs(
-            total_updates,
-            batches_per_epoch,
-            *_resumed_epochs_and_updates(backup, batches_per_epoch, output_dir),
+            total_updates, batches_per_epoch, resumed_epochs, resumed_updates
         )
         print(
             f"Training for {total_updates:,} updates: {epochs} epochs of "
@@ -299,7 +312,7 @@ def train(
         )
         start = time.time()
         _fit(model, train_data, validation_data, epochs, callbacks, backup, config)
-    _save_results(model, output_dir, (time.time() - start) / 60)
+    _save_results(model, output_dir, (time.time() - start) / 60, resumed_updates)
     return model
 
 

@@ -58,7 +58,10 @@ def test_training_stops_at_the_update_count_and_logs_each_update(trained):
     batches_per_epoch = updates[0]
     assert batches_per_epoch < 35 <= 2 * batches_per_epoch  # 2 epochs, 1 cut.
     assert updates == [batches_per_epoch, 35]
-    assert json.loads((output_dir / "training.json").read_text())["updates"] == 35
+    summary = json.loads((output_dir / "training.json").read_text())
+    assert summary["updates"] == 35
+    # Its minutes are the resumed process's: the record says where it began.
+    assert summary["resumed_after_updates"] == batches_per_epoch
     with open(output_dir / "updates.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     assert [int(row["update"]) for row in rows] == [25]  # Every 25 updates.
