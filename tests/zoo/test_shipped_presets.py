@@ -2,8 +2,9 @@
 
 Each preset's `metadata.json` holds a `"check"`: a score on a few held-out
 examples, computed by `recipes/save_zoo_preset.py` (the translator's by
-`keras-attn-translate save-preset`) from the preset as loaded. Here it is recomputed on this backend from the preset's files,
-with the data read independently of the recipes.
+`keras-attn-translate save-preset`) from the preset as loaded. Here it is
+recomputed on this backend from the preset's files, with the data read
+independently of the recipes.
 """
 
 import importlib.resources
