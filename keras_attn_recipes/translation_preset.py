@@ -118,10 +118,9 @@ def _check(preset_dir):
     target_ids = tokenizer.tokenize(targets).to_list()
 
     def padded(rows):
-        ids = np.full((len(rows), max(map(len, rows))), tokenizer.pad_id, "int32")
-        for row, pieces in enumerate(rows):
-            ids[row, : len(pieces)] = pieces
-        return ids
+        return keras.utils.pad_sequences(
+            rows, padding="post", value=tokenizer.pad_id, dtype="int32"
+        )
 
     encoder_tokens = padded([ids + [tokenizer.end_id] for ids in source_ids])
     decoder_tokens = padded([[tokenizer.start_id] + ids for ids in target_ids])

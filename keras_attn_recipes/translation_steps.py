@@ -235,7 +235,7 @@ def _fit(model, train_data, validation_data, epochs, callbacks, backup, config):
         ) from error
 
 
-def _save_results(model, output_dir, minutes, resumed_updates=0):
+def _save_results(model, output_dir, minutes, resumed_updates):
     """`model.keras`, the learning curves and `training.json`.
 
     `minutes` is this process's training time: a resumed run's record says

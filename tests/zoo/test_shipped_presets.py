@@ -88,10 +88,7 @@ def next_piece_perplexity(logits, labels, pad_id):
 
 
 def padded_rows(rows, pad_id):
-    ids = np.full((len(rows), max(len(row) for row in rows)), pad_id, "int32")
-    for index, row in enumerate(rows):
-        ids[index, : len(row)] = row
-    return ids
+    return keras.utils.pad_sequences(rows, padding="post", value=pad_id, dtype="int32")
 
 
 def test_multi30k_en_de_reproduces_its_check_perplexity():
