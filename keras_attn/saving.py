@@ -10,6 +10,7 @@ import keras
 import keras_attn.layers  # noqa: F401
 import keras_attn.models  # noqa: F401
 import keras_attn.training  # noqa: F401
+from keras_attn.file_safety import read_error_reason
 from keras_attn.validation import check_bool
 
 
@@ -88,7 +89,11 @@ def _naming_file(error, path):
     An exception type whose constructor does not take one message (rare)
     is returned as it is: its type matters more than the file's name.
     """
+    message = f"{path} cannot be loaded: {error}"
+    reason = read_error_reason(error)
+    if reason.startswith("the file "):  # h5py's words, said plainly.
+        message += f". The weights file inside it {reason[len('the file ') :]}."
     try:
-        return type(error)(f"{path} cannot be loaded: {error}")
+        return type(error)(message)
     except Exception:
         return error

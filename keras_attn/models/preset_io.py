@@ -16,23 +16,39 @@ multi30k_en_de/
 Trained presets shipped with keras-attn live in `keras_attn/presets/<name>/`
 (package data); any other directory can be passed by its path. Loading
 reads JSON and HDF5 only: `safe_mode` stays on, so no code is executed.
+
+Names and paths (keras-hub's rule): a bare name (`"multi30k_en_de"`) means
+a registered preset only, never a folder of that name in the working
+directory; a directory is used when it is given as a path: an
+`os.PathLike`, or a string that contains a path separator, starts with
+`.` or `~`, or is absolute (`"./multi30k_en_de"`). Every file a preset
+reads lies inside its folder: a symbolic link that resolves inside the
+folder is followed, one that resolves outside is refused, for every file
+(config, metadata, weights, tokenizer).
 """
 
 import json
+import os
 import re
 import warnings
 from pathlib import Path
 
 import keras
 
+from keras_attn.file_safety import read_error_reason, replace_directory
+from keras_attn.models.preset_files import (
+    CONFIG_FILE,
+    METADATA_FILE,
+    TOKENIZER_ASSETS_DIR,
+    TOKENIZER_CONFIG_FILE,
+    WEIGHTS_FILE,
+    check_preset_json,
+    preset_file,
+    read_preset_file,
+)
 from keras_attn.models.presets import ARCHITECTURE_PRESETS, preset_config
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.weights.h5"
-METADATA_FILE = "metadata.json"
-TOKENIZER_CONFIG_FILE = "tokenizer.json"
-TOKENIZER_ASSETS_DIR = "assets/tokenizer"
 WEIGHTS_DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -44,27 +60,38 @@ def shipped_presets():
     """Names of the trained presets shipped in `keras_attn/presets/`."""
     if not PRESETS_DIR.is_dir():
         return []
+    # Hidden folders are a save's temporaries (`.partial-*`), not presets.
     return sorted(
-        path.name for path in PRESETS_DIR.iterdir() if (path / CONFIG_FILE).is_file()
+        path.name
+        for path in PRESETS_DIR.iterdir()
+        if not path.name.startswith(".") and (path / CONFIG_FILE).is_file()
     )
 
 
-def read_preset_file(directory, file_name):
-    """The JSON content of `directory/file_name`; a missing file is named."""
-    path = Path(directory) / file_name
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"The preset directory {str(directory)!r} has no {file_name!r} "
-            f"(expected at {str(path)!r})."
-        )
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{str(path)!r} is not valid JSON: {error}") from error
+def is_preset_path(preset):
+    """Whether `preset` is given as a path rather than as a registered name.
+
+    keras-hub's rule: an `os.PathLike`, or a string that contains a path
+    separator, starts with `.` or `~`, or is absolute. A bare name such as
+    `"multi30k_en_de"` is a name, even where a folder of that name exists.
+    """
+    if isinstance(preset, os.PathLike):
+        return True
+    separators = [os.sep] + ([os.altsep] if os.altsep else [])
+    return (
+        any(separator in preset for separator in separators)
+        or preset.startswith((".", "~"))
+        or os.path.isabs(preset)
+    )
 
 
 def preset_directory(preset, architecture_presets=()):
     """The directory of a trained preset: a shipped name or a local path.
+
+    A bare name (no path separator, not starting with `.` or `~`, not
+    absolute) means a shipped preset only; a directory must be given as a
+    path (`"./my_preset"`, `pathlib.Path("my_preset")`), so a folder in the
+    working directory never stands in for a registered preset.
 
     Args:
         preset: a shipped preset's name (`keras_attn.models.list_presets()`)
@@ -76,30 +103,56 @@ def preset_directory(preset, architecture_presets=()):
         A `pathlib.Path`.
 
     Raises:
-        ValueError: `preset` is neither, naming the known presets.
-        FileNotFoundError: the directory has no `config.json`.
+        TypeError: `preset` is not a `str` or `os.PathLike`.
+        ValueError: `preset` is an unknown name, naming the known presets
+            (and, where a folder of that name exists, saying to pass
+            `"./<name>"`).
+        FileNotFoundError: a path that is not a directory, or a directory
+            without `config.json`.
     """
-    if not isinstance(preset, (str, Path)):
+    if not isinstance(preset, (str, os.PathLike)):
         raise TypeError(
             "`preset` must be a preset name or a directory path. "
-            f"Received: preset={preset!r}"
+            f"Received: preset={preset!r:.100} of type {type(preset).__name__}"
         )
-    local = Path(preset).expanduser()
-    if local.is_dir():
-        directory = local
-    elif str(preset) in shipped_presets():
-        directory = PRESETS_DIR / str(preset)
-    else:
-        known = sorted(set(architecture_presets)) + [
-            f"{name} (trained)" for name in shipped_presets()
-        ]
+    if isinstance(preset, str) and not preset:
         raise ValueError(
-            f"Unknown preset. Received: preset={str(preset)!r}. Known presets: "
-            f"{', '.join(known)}. A local preset directory (written by "
-            "`save_to_preset`) is accepted by its path."
+            "`preset` must be a preset name or a directory path. Received: preset=''"
+        )
+    if is_preset_path(preset):
+        directory = Path(preset).expanduser()
+        if not directory.is_dir():
+            raise FileNotFoundError(
+                f"No preset directory at {str(directory)!r}. Received: "
+                f"preset={str(preset)!r}. Known preset names: "
+                f"{', '.join(_known_presets(architecture_presets))}."
+            )
+    elif preset in shipped_presets():
+        directory = PRESETS_DIR / preset
+    else:
+        if Path(preset).is_dir():
+            how = (
+                f"A folder {preset!r} exists in the working directory, but a "
+                "bare name only means a registered preset: to load that "
+                f"folder, pass its path, `{'./' + preset!r}`."
+            )
+        else:
+            how = (
+                "A local preset directory (written by `save_to_preset`) is "
+                "accepted by its path, e.g. `'./my_preset'`."
+            )
+        raise ValueError(
+            f"Unknown preset. Received: preset={preset!r}. Known presets: "
+            f"{', '.join(_known_presets(architecture_presets))}. {how}"
         )
     read_preset_file(directory, CONFIG_FILE)  # names the file if missing
     return directory
+
+
+def _known_presets(architecture_presets):
+    return sorted(set(architecture_presets)) + [
+        f"{name} (trained)" for name in shipped_presets()
+    ]
 
 
 def check_preset_version(metadata, directory):
@@ -162,12 +215,24 @@ class PresetMixin:
                 f"The preset {str(directory)!r} holds a {received}, not a "
                 f"{expected}: load it with that class's `from_preset`."
             )
+        config_path = directory / CONFIG_FILE
         config = {**config, "config": {**config["config"], **overrides}}
         config.pop("compile_config", None)  # See `save_to_preset`.
-        model = keras.saving.deserialize_keras_object(config, safe_mode=True)
+        try:
+            model = keras.saving.deserialize_keras_object(config, safe_mode=True)
+        except (TypeError, ValueError, KeyError) as error:
+            given = f" with the overrides {overrides}" if overrides else ""
+            kind = TypeError if isinstance(error, TypeError) else ValueError
+            raise kind(
+                f"{str(config_path)!r}{given} does not describe a valid "
+                f"{expected}: {type(error).__name__}: {error}"
+            ) from error
         if load_weights:
+            # Checked to resolve inside the preset, then loaded by its own
+            # name: Keras picks the format from the suffix, and the target
+            # of a link (a content-addressed store) may have another.
             weights_path = directory / WEIGHTS_FILE
-            if not weights_path.is_file():
+            if not preset_file(directory, WEIGHTS_FILE).is_file():
                 raise FileNotFoundError(
                     f"The preset directory {str(directory)!r} has no "
                     f"{WEIGHTS_FILE!r}; pass `load_weights=False` for the "
@@ -177,8 +242,8 @@ class PresetMixin:
                 model.load_weights(weights_path)
             except Exception as error:
                 raise ValueError(
-                    f"{str(weights_path)!r} cannot be loaded into the model of "
-                    f"{CONFIG_FILE!r}: {type(error).__name__}: {error}"
+                    f"{str(weights_path)!r} cannot be loaded into "
+                    f"the model of {CONFIG_FILE!r}: {read_error_reason(error)}"
                 ) from error
         return model
 
@@ -198,6 +263,12 @@ class PresetMixin:
         `tokenizer.json` and `assets/tokenizer/` when a tokenizer is given.
         `from_preset(directory)` loads it, on any backend.
 
+        The preset is built in a hidden folder beside `directory` and moved
+        in by renames, so saving over an existing preset is atomic: a kill
+        or a failure at any instant leaves the old preset whole. The whole
+        folder is replaced, so `directory` must be new, empty, or a preset;
+        a folder holding anything else (a run directory) is refused.
+
         Args:
             directory: `str` or `pathlib.Path`; created if missing.
             tokenizer: an object with a `save_to_preset(directory)` method,
@@ -212,24 +283,41 @@ class PresetMixin:
                 own dtype.
 
         Returns:
-            The directory, as a `pathlib.Path`.
+            The directory, as an absolute `pathlib.Path`.
+
+        Raises:
+            ValueError: `directory` is a file, or a folder that holds files
+                that are not part of a preset; `metadata` has a known field
+                of the wrong type (e.g. `"decoding"` not a dict).
         """
         _check_preset_arguments(tokenizer, metadata, weights_dtype)
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        config = keras.saving.serialize_keras_object(self)
-        # A preset is an inference artefact: the training run's optimizer
-        # and loss stay with the run (a compiled config would rebuild an
-        # optimizer whose state the weights file does not hold).
-        config.pop("compile_config", None)
-        _write_json(directory / CONFIG_FILE, config)
-        self._save_preset_weights(directory / WEIGHTS_FILE, weights_dtype)
-        if tokenizer is not None:
-            tokenizer.save_to_preset(directory)
-        _write_json(
-            directory / METADATA_FILE,
-            self._preset_metadata(tokenizer, metadata, weights_dtype),
+        if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+            raise TypeError(
+                "`directory` must be a `str` or `pathlib.Path` path. Received: "
+                f"directory={directory!r:.100}"
+            )
+        directory = Path(directory).expanduser().absolute()
+        _check_preset_destination(directory)
+        record = self._preset_metadata(tokenizer, metadata, weights_dtype)
+        check_preset_json(
+            "`metadata`", METADATA_FILE, _json_round_trip(record, "metadata")
         )
+
+        def build(folder):
+            config = keras.saving.serialize_keras_object(self)
+            # A preset is an inference artefact: the training run's optimizer
+            # and loss stay with the run (a compiled config would rebuild an
+            # optimizer whose state the weights file does not hold).
+            config.pop("compile_config", None)
+            _write_json(folder / CONFIG_FILE, config)
+            self._save_preset_weights(folder / WEIGHTS_FILE, weights_dtype)
+            if tokenizer is not None:
+                tokenizer.save_to_preset(folder)
+            _write_json(folder / METADATA_FILE, record)
+
+        # Built beside `directory` and swapped in by renames: a kill or a
+        # failure at any point leaves the old preset whole (or nothing).
+        replace_directory(directory, build)
         return directory
 
     def _preset_metadata(self, tokenizer, metadata, weights_dtype):
@@ -285,6 +373,56 @@ def _check_preset_arguments(tokenizer, metadata, weights_dtype):
             "(e.g. `keras_attn.text.SubwordTokenizer`). Received: "
             f"tokenizer={tokenizer!r:.100}"
         )
+
+
+# What a preset folder may hold: `save_to_preset` replaces such a folder.
+_PRESET_ENTRIES = {
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    METADATA_FILE,
+    TOKENIZER_CONFIG_FILE,
+    TOKENIZER_ASSETS_DIR.split("/")[0],
+}
+
+
+def _check_preset_destination(directory):
+    """Refuses a destination whose replacement would lose other files."""
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(
+            "`directory` must be a folder path (new, empty or a preset). "
+            f"Received: directory={str(directory)!r}, which is a file"
+        )
+    if not directory.is_dir():
+        return
+    working = Path.cwd().resolve()
+    if directory.resolve() in (working, *working.parents):
+        raise ValueError(
+            "`directory` must not be the working directory or one above it: "
+            "`save_to_preset` replaces the whole folder. Received: "
+            f"directory={str(directory)!r}"
+        )
+    foreign = sorted(
+        entry.name for entry in directory.iterdir() if entry.name not in _PRESET_ENTRIES
+    )
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise ValueError(
+            "`save_to_preset` replaces the whole folder, and "
+            f"{str(directory)!r} holds files that are not part of a preset "
+            f"({shown}). Pass a new or empty directory, or an existing "
+            f"preset. Received: directory={str(directory)!r}"
+        )
+
+
+def _json_round_trip(content, name):
+    """`content` as it reads back from JSON (tuples become lists)."""
+    try:
+        return json.loads(json.dumps(content))
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"`{name}` must hold JSON values only (str, numbers, bool, None, "
+            f"lists, dicts): {error}. Received: {name}={content!r:.100}"
+        ) from error
 
 
 def _write_json(path, content):

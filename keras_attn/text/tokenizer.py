@@ -449,21 +449,26 @@ class SubwordTokenizer(tf.Module):
         Returns:
             A `SubwordTokenizer`.
         """
-        from keras_attn.models.preset_io import preset_directory, read_preset_file
+        from keras_attn.file_safety import confined_path
+        from keras_attn.models.preset_files import preset_file, read_preset_file
+        from keras_attn.models.preset_io import preset_directory
 
         directory = preset_directory(preset)
-        if not (directory / CONFIG_FILE).is_file():
+        if not preset_file(directory, CONFIG_FILE).is_file():
             raise FileNotFoundError(
                 f"The preset directory {str(directory)!r} has no tokenizer: "
                 f"{CONFIG_FILE!r} is missing."
             )
         config = read_preset_file(directory, CONFIG_FILE)
-        model_file = (directory / str(config.get("model_file", ""))).resolve()
-        if directory.resolve() not in model_file.parents:
-            raise ValueError(
-                f"{str(directory / CONFIG_FILE)!r} must name a model file inside "
-                f"the preset. Received: model_file={config.get('model_file')!r}"
-            )
+        # The model file's name is read from the preset: it must stay inside
+        # it (no `../`, no absolute path, no symbolic link out of it).
+        model_file = confined_path(
+            directory,
+            config["model_file"],
+            repr(str(directory / CONFIG_FILE)),
+            what="tokenizer model file",
+            folder="the preset",
+        )
         if not model_file.is_file():
             raise FileNotFoundError(
                 f"The preset directory {str(directory)!r} has no tokenizer "
@@ -488,13 +493,31 @@ class SubwordTokenizer(tf.Module):
                     f"No tokenizer in {str(directory)!r}: "
                     f"{str(directory / file_name)!r} is missing."
                 )
-        config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+        from keras_attn.file_safety import read_json
+
+        config = read_json(directory / CONFIG_FILE)
+        if not isinstance(config, dict):
+            raise ValueError(
+                f"{str(directory / CONFIG_FILE)!r} must hold a JSON object (the "
+                f"tokenizer's config). Received: {config!r:.100}"
+            )
         return cls._checked(directory / MODEL_FILE, directory / CONFIG_FILE, config)
 
     @classmethod
     def _checked(cls, model_path, config_path, config):
         """The tokenizer of `model_path`, checked against its `config`."""
-        tokenizer = cls(model_path.read_bytes())
+        try:
+            tokenizer = cls(model_path.read_bytes())
+        except (TypeError, ValueError) as error:
+            # The constructor's message is about its argument; say which
+            # file held the bytes, and what is wrong with them.
+            problem = "is empty" if model_path.stat().st_size == 0 else "is corrupt"
+            raise ValueError(
+                f"{str(model_path)!r} is not a usable SentencePiece tokenizer "
+                f"model: the file {problem} ({error}). Expected the "
+                "`tokenizer.model` written by `SubwordTokenizer.save` or "
+                "`save_to_preset`."
+            ) from error
         saved = {
             key: config.get(key) for key in ("vocabulary_size", "pad_id", "end_id")
         }

@@ -2,28 +2,30 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import keras
 import numpy as np
 
+from keras_attn.file_safety import (
+    confined_path,
+    read_error_reason,
+    read_json,
+    write_atomically,
+)
 from keras_attn.training.keras_compat import set_initial_epoch
 from keras_attn.validation import check_bool
 
 _METADATA = "training_metadata.json"
-
-
-def _write_atomically(path, write):
-    """Writes `path` through a temporary file that `os.replace` moves in place.
-
-    A process killed mid-write leaves the temporary file behind, never a
-    half-written `path`: readers see the old file or the new one.
-    """
-    path = Path(path)
-    # Same suffix (`save_weights` insists on `.weights.h5`), hidden name.
-    temporary = path.with_name(f".partial.{path.name}")
-    write(temporary)
-    os.replace(temporary, path)
+# The only names this callback writes: the weights of an epoch, and the
+# hidden temporary files of `write_atomically` (a kill can leave one).
+# Nothing else in the folder is ever read as a backup or deleted.
+_WEIGHTS_NAME = re.compile(r"epoch_\d{5,}\.weights\.h5")
+_OWN_FILE = re.compile(
+    r"(\.partial(-[0-9a-f]{8})?\.)?"
+    r"(epoch_\d{5,}\.weights\.h5|training_metadata\.json)"
+)
 
 
 def _random_states(model):
@@ -51,6 +53,14 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
       and restored, so with a seeded input order a resumed run computes the
       same weights as an uninterrupted one.
     - A backup that cannot be read raises an error naming the file.
+    - The metadata file is not trusted: before anything is loaded, its
+      `epoch` must be a non-negative integer and its `weights` the name of
+      a file this callback writes (`epoch_NNNNN.weights.h5`) that resolves
+      inside `backup_dir`; anything else (`../`, an absolute path, a
+      symbolic link out of the folder) is refused, naming the field.
+    - Deleting (the previous epoch's weights, and the backup at the end of
+      `fit`) touches only the callback's own files in `backup_dir`, never
+      a symbolic link and never anything else in the folder.
     - Nothing is saved after an epoch whose loss is NaN or infinite, so
       the last good backup stays the one restored.
 
@@ -96,19 +106,59 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         return 0 if metadata is None else metadata.get("updates")
 
     def _read_metadata(self):
-        if not self.metadata_path.exists():
+        """The checked metadata, or `None` when there is no backup.
+
+        The metadata is read back from disk, so it is treated as untrusted:
+        every field is checked, and the weights file it names must be one
+        this callback writes (`epoch_NNNNN.weights.h5`), inside the folder.
+        """
+        path = self.metadata_path
+        if not (path.exists() or path.is_symlink()):
             return None
         try:
-            metadata = json.loads(self.metadata_path.read_text())
-            epoch, weights = metadata["epoch"], metadata["weights"]
-            if not isinstance(epoch, int) or not isinstance(weights, str):
-                raise ValueError(f"epoch={epoch!r}, weights={weights!r}")
-        except (ValueError, KeyError, TypeError) as error:
+            confined_path(self._directory, _METADATA, path, "metadata file")
+            metadata = read_json(path)
+        except ValueError as error:
             raise ValueError(
-                f"The training backup {self.metadata_path} is not valid backup "
-                f"metadata ({error}). Delete {self._directory} to start over."
+                f"The training backup cannot be read: {str(error).rstrip('.')}. "
+                f"Delete {self._directory} to start over."
             ) from error
+        if not isinstance(metadata, dict):
+            self._invalid(
+                "the file", metadata, "a JSON object with `epoch` and `weights`"
+            )
+        for field in ("epoch", "weights"):
+            if field not in metadata:
+                self._invalid(field, None, "present (the file has no such field)")
+        epoch = metadata["epoch"]
+        if not _is_int(epoch) or epoch < 0:
+            self._invalid("epoch", epoch, "a non-negative integer")
+        updates = metadata.get("updates")
+        if updates is not None and (not _is_int(updates) or updates < 0):
+            self._invalid("updates", updates, "a non-negative integer or null")
+        weights = metadata["weights"]
+        if not isinstance(weights, str) or not _WEIGHTS_NAME.fullmatch(weights):
+            self._invalid(
+                "weights",
+                weights,
+                "the name of a weights file this callback writes, "
+                "`epoch_NNNNN.weights.h5`, inside the backup folder",
+            )
+        try:
+            confined_path(self._directory, weights, path, "weights file")
+        except ValueError as error:
+            self._invalid("weights", weights, f"a file inside the folder ({error})")
+        states = metadata.get("random_states", [])
+        if not isinstance(states, list):
+            self._invalid("random_states", states, "a list of arrays")
         return metadata
+
+    def _invalid(self, field, value, expected):
+        raise ValueError(
+            f"The training backup {self.metadata_path} is not valid backup "
+            f"metadata: `{field}` must be {expected}. Received: "
+            f"{field}={value!r:.200}. Delete {self._directory} to start over."
+        )
 
     def on_train_begin(self, logs=None):
         metadata = self._read_metadata()
@@ -127,14 +177,25 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         except Exception as error:
             raise ValueError(
                 f"The training backup {weights_path} cannot be loaded "
-                f"({type(error).__name__}: {error}). Delete {self._directory} "
+                f"({read_error_reason(error)}). Delete {self._directory} "
                 "to start over."
             ) from error
         states = _random_states(self.model)
         saved_states = metadata.get("random_states", [])
         if len(saved_states) == len(states):
             for variable, value in zip(states, saved_states):
-                variable.assign(np.asarray(value, variable.dtype))
+                try:
+                    value = np.asarray(value, variable.dtype)
+                    if value.shape != tuple(variable.shape):
+                        raise ValueError(f"shape {value.shape}")
+                except (ValueError, TypeError) as error:
+                    self._invalid(
+                        "random_states",
+                        value,
+                        f"arrays of the shapes {[tuple(v.shape) for v in states]} "
+                        f"({error})",
+                    )
+                variable.assign(value)
         set_initial_epoch(self.model, metadata["epoch"])
 
     def on_epoch_end(self, epoch, logs=None):
@@ -147,7 +208,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._directory.mkdir(parents=True, exist_ok=True)
         previous = self._read_metadata()
         weights_name = f"epoch_{completed_epochs:05d}.weights.h5"
-        _write_atomically(
+        write_atomically(
             self._directory / weights_name,
             lambda path: self.model.save_weights(path, overwrite=True),
         )
@@ -161,11 +222,42 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 for v in _random_states(self.model)
             ],
         }
-        _write_atomically(
-            self.metadata_path, lambda path: path.write_text(json.dumps(metadata))
+        write_atomically(
+            self.metadata_path,
+            lambda path: Path(path).write_text(json.dumps(metadata)),
         )
         if previous is not None and previous["weights"] != weights_name:
-            (self._directory / previous["weights"]).unlink(missing_ok=True)
+            self._delete_own_file(previous["weights"])
+
+    def _delete_own_file(self, name):
+        """Deletes `name` from the folder if this callback wrote it.
+
+        Only names of the callback's own files qualify, only as plain files
+        directly in the folder: a symbolic link is never followed (nor
+        removed), so a hostile metadata file cannot delete anything else.
+        """
+        if not _OWN_FILE.fullmatch(name):
+            return
+        path = self._directory / name
+        if path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+
+    def on_train_end(self, logs=None):
+        # `BackupAndRestore` removes the whole `backup_dir` tree; this
+        # removes only the files the callback writes, then the folder if it
+        # is left empty, so a `backup_dir` that holds anything else keeps it.
+        if not self.delete_checkpoint or not self._directory.is_dir():
+            return
+        for entry in self._directory.iterdir():
+            self._delete_own_file(entry.name)
+        try:
+            self._directory.rmdir()
+        except OSError:
+            pass  # Something else is in the folder: it stays.
 
     def on_train_batch_end(self, batch, logs=None):
         pass  # Saves once per epoch only.
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)

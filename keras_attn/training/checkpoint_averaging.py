@@ -3,7 +3,10 @@
 import os
 from pathlib import Path
 
+import keras
 import numpy as np
+
+from keras_attn.file_safety import read_error_reason
 
 _WEIGHT_FILE_SUFFIXES = (".keras", ".weights.h5")
 
@@ -62,6 +65,11 @@ def average_checkpoints(model, checkpoint_paths):
     Returns:
         `model`, for chaining.
 
+    Raises:
+        ValueError: a checkpoint cannot be read or does not fit `model`,
+            naming the file. All or nothing: the model (and its optimizer)
+            then holds exactly the values it held before the call.
+
     Example:
 
     ```python
@@ -78,25 +86,57 @@ def average_checkpoints(model, checkpoint_paths):
             "`average_checkpoints` loads into a built model; call the model on "
             f"a batch first. Received: an unbuilt model {model.name!r}"
         )
+    # Loading a checkpoint overwrites the model (and optimizer) variables
+    # one file at a time; keep their values to put back on any failure.
+    variables = _all_variables(model)
+    # Copies: on torch, `convert_to_numpy` may share the variable's memory.
+    originals = [np.array(keras.ops.convert_to_numpy(v.value)) for v in variables]
+    try:
+        averaged = _averaged_weights(model, paths)
+    except BaseException:
+        for variable, value in zip(variables, originals):
+            variable.assign(value)
+        raise
+    model.set_weights(averaged)
+    return model
+
+
+def _all_variables(model):
+    """The model's variables and its optimizer's, each once."""
+    variables = list(model.variables)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and getattr(optimizer, "built", False):
+        variables += list(optimizer.variables)
+    unique = {id(variable): variable for variable in variables}
+    return list(unique.values())
+
+
+def _averaged_weights(model, paths):
+    """The mean of the weights in `paths`, loaded one by one into `model`."""
     sums, last = None, None
     for path in paths:
         try:
             model.load_weights(path)
         except Exception as error:
+            reason = read_error_reason(error)
+            problem = (
+                "cannot be read"
+                if reason.startswith("the file")
+                else f"does not fit model {model.name!r}"
+            )
             raise ValueError(
-                f"The checkpoint {str(path)!r} does not fit model "
-                f"{model.name!r} ({type(error).__name__}: {error})"
+                f"The checkpoint {str(path)!r} {problem} ({reason}). "
+                f"{model.name!r} keeps the weights it had before "
+                "`average_checkpoints`."
             ) from error
         last = model.get_weights()
         if sums is None:
             sums = [np.zeros(np.shape(w), np.float64) for w in last]
         for total, weight in zip(sums, last):
             total += np.asarray(weight, np.float64)
-    averaged = [
+    return [
         (total / len(paths)).astype(weight.dtype)
         if np.issubdtype(weight.dtype, np.floating)
         else weight
         for total, weight in zip(sums, last)
     ]
-    model.set_weights(averaged)
-    return model

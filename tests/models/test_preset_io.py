@@ -197,3 +197,198 @@ def test_a_preset_loads_on_the_other_backend_with_the_same_outputs(tmp_path, oth
     np.testing.assert_allclose(
         outputs(loaded, inputs), np.load(tmp_path / "there.npy"), atol=5e-3
     )
+
+
+# --- Malformed files: each named, with what was expected ------------------
+
+
+def tiny_lm(seed=0):
+    keras.utils.set_random_seed(seed)
+    return TransformerLM.from_preset("lm_tiny", vocabulary_size=20)
+
+
+def assert_same_weights(loaded, model):
+    for actual, expected in zip(loaded.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(actual, expected)
+
+
+def saved_lm(directory):
+    model = tiny_lm()
+    model.save_to_preset(directory)
+    return model
+
+
+@pytest.mark.parametrize(
+    "file_name, content, message",
+    [
+        ("config.json", [], "must hold a JSON object with 'class_name'"),
+        ("config.json", "a string", "Received: a JSON string"),
+        ("config.json", {"class_name": "TransformerLM"}, "has no 'config' field"),
+        ("config.json", {"config": {}}, "has no 'class_name' field"),
+        (
+            "config.json",
+            {"class_name": "TransformerLM", "config": [1]},
+            "`config` must be a JSON object. Received: config=[1]",
+        ),
+        ("metadata.json", [1, 2], "must hold a JSON object"),
+        ("metadata.json", {"decoding": [5]}, "`decoding` must be a JSON object"),
+        (
+            "metadata.json",
+            {"decoding": {"beam_size": "5"}},
+            "`decoding.beam_size` must be a positive integer. Received: "
+            "decoding.beam_size='5'",
+        ),
+        ("metadata.json", {"keras_attn_version": 3}, "`keras_attn_version` must be"),
+        ("metadata.json", {"class_names": "abc"}, "`class_names` must be a list"),
+        ("metadata.json", {"sequence_length": -1}, "`sequence_length` must be"),
+    ],
+)
+def test_preset_json_of_the_wrong_shape_is_named(tmp_path, file_name, content, message):
+    saved_lm(tmp_path)
+    (tmp_path / file_name).write_text(json.dumps(content))
+    with pytest.raises(ValueError, match="is not a valid preset") as info:
+        TransformerLM.from_preset(tmp_path)
+    assert message in str(info.value)
+    assert str(tmp_path / file_name) in str(info.value)
+
+
+def test_a_config_the_model_refuses_names_the_file(tmp_path):
+    saved_lm(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["config"]["num_layers"] = -2
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="config.json' does not describe") as info:
+        TransformerLM.from_preset(tmp_path)
+    assert "num_layers" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"[" * 200_000 + b"]" * 200_000, "is nested too deeply"),
+        (b'{"config": "\xff\xfe"}', "is not UTF-8 text"),
+    ],
+    ids=["deep", "not-utf8"],
+)
+@pytest.mark.parametrize("file_name", ["config.json", "metadata.json"])
+def test_unreadable_preset_json_is_named(tmp_path, file_name, content, message):
+    saved_lm(tmp_path)
+    (tmp_path / file_name).write_bytes(content)
+    with pytest.raises(ValueError, match=message) as info:
+        TransformerLM.from_preset(tmp_path)
+    assert str(tmp_path / file_name) in str(info.value)
+
+
+def test_truncated_weights_are_named_as_truncated(tmp_path):
+    saved_lm(tmp_path)
+    weights = tmp_path / "model.weights.h5"
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[:96])
+    with pytest.raises(ValueError, match="the file is truncated") as info:
+        TransformerLM.from_preset(tmp_path)
+    assert f"holds 96 of its {size} bytes" in str(info.value)
+    assert str(weights) in str(info.value)
+    assert isinstance(info.value.__cause__, OSError)  # h5py's, chained
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [(b"\x00garbage" * 8, "is corrupt"), (b"", "is empty")],
+    ids=["corrupt", "empty"],
+)
+def test_a_bad_tokenizer_model_is_named(tmp_path, content, message):
+    from keras_attn.text import SubwordTokenizer
+
+    saved_lm(tmp_path)
+    (tmp_path / "assets" / "tokenizer").mkdir(parents=True)
+    model_file = tmp_path / "assets" / "tokenizer" / "tokenizer.model"
+    model_file.write_bytes(content)
+    (tmp_path / "tokenizer.json").write_text(
+        json.dumps({"model_file": "assets/tokenizer/tokenizer.model"})
+    )
+    with pytest.raises(ValueError, match="not a usable SentencePiece") as info:
+        SubwordTokenizer.from_preset(tmp_path)
+    assert str(model_file) in str(info.value) and message in str(info.value)
+
+
+# --- Saving over a preset: all or nothing ---------------------------------
+
+
+class FailingTokenizer:
+    def save_to_preset(self, directory):
+        (directory / "tokenizer.json").write_text("{")
+        raise OSError(28, "No space left on device")
+
+
+def test_a_failed_save_leaves_the_old_preset_whole(tmp_path):
+    directory = tmp_path / "preset"
+    old = saved_lm(directory)
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    new = tiny_lm(seed=5)
+    with pytest.raises(OSError, match="No space left"):
+        new.save_to_preset(directory, tokenizer=FailingTokenizer())
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["preset"]
+    assert_same_weights(TransformerLM.from_preset(directory), old)
+    # A good save replaces it.
+    new.save_to_preset(directory)
+    assert_same_weights(TransformerLM.from_preset(directory), new)
+
+
+def test_save_refuses_folders_it_would_wipe_and_bad_metadata(tmp_path):
+    model = tiny_lm()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "history.csv").write_text("epoch,loss\n")
+    with pytest.raises(
+        ValueError, match=r"holds files that are not part of a preset \(history.csv\)"
+    ):
+        model.save_to_preset(tmp_path / "run")
+    assert (tmp_path / "run" / "history.csv").read_text() == "epoch,loss\n"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="which is a file"):
+        model.save_to_preset(tmp_path / "file")
+    with pytest.raises(ValueError, match="`decoding` must be a JSON object"):
+        model.save_to_preset(tmp_path / "new", metadata={"decoding": [4]})
+    with pytest.raises(TypeError, match="must hold JSON values only"):
+        model.save_to_preset(tmp_path / "new", metadata={"when": object()})
+    assert not (tmp_path / "new").exists()
+
+
+KILLED_WHILE_SAVING = """
+import os, signal, sys
+import keras
+from keras_attn.models import TransformerLM, preset_io
+
+def write_half_then_die(self, path, weights_dtype):
+    # SIGKILL in the middle of writing the new weights (the moment that
+    # left a 96-byte `model.weights.h5` before saves were atomic).
+    path.write_bytes(b"\\x89HDF\\r\\n\\x1a\\n" + b"\\x00" * 88)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+preset_io.PresetMixin._save_preset_weights = write_half_then_die
+keras.utils.set_random_seed(5)
+model = TransformerLM.from_preset("lm_tiny", vocabulary_size=20)
+model.save_to_preset(sys.argv[1])
+"""
+
+
+def test_a_kill_while_saving_over_a_preset_leaves_the_old_one(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    directory = tmp_path / "preset"
+    old = saved_lm(directory)
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_WHILE_SAVING, str(directory)],
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-3000:]
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+    assert_same_weights(TransformerLM.from_preset(directory), old)

@@ -113,3 +113,57 @@ def test_non_finite_epoch_is_not_backed_up(tmp_path):
 def test_invalid_directory_is_named():
     with pytest.raises(ValueError, match="backup_dir=''"):
         AtomicBackupAndRestore("")
+
+
+def one_epoch_backup(directory):
+    """A backup of one epoch, written without `fit`."""
+    callback = AtomicBackupAndRestore(directory)
+    callback.set_model(make_model())
+    callback.on_epoch_end(0, {"loss": 1.0})
+    return directory / "training_metadata.json"
+
+
+@pytest.mark.parametrize(
+    "field, value, expected",
+    [
+        ("epoch", -3, "a non-negative integer"),
+        ("epoch", True, "a non-negative integer"),
+        ("epoch", "2", "a non-negative integer"),
+        ("epoch", 2.0, "a non-negative integer"),
+        ("updates", -1, "a non-negative integer or null"),
+        ("weights", 5, "the name of a weights file this callback writes"),
+        ("weights", "model.keras", "the name of a weights file this callback writes"),
+        ("random_states", "abc", "a list of arrays"),
+    ],
+)
+def test_metadata_values_are_checked_before_fit(tmp_path, field, value, expected):
+    metadata_path = one_epoch_backup(tmp_path / "backup")
+    metadata = json.loads(metadata_path.read_text())
+    metadata[field] = value
+    metadata_path.write_text(json.dumps(metadata))
+    model = make_model()
+    before = model.get_weights()
+    with pytest.raises(ValueError, match=f"`{field}` must be {expected}") as info:
+        fit(model, 2, [AtomicBackupAndRestore(tmp_path / "backup")])
+    assert f"Received: {field}={value!r}" in str(info.value)
+    assert str(metadata_path) in str(info.value)
+    for weight, original in zip(model.get_weights(), before, strict=True):
+        np.testing.assert_array_equal(weight, original)  # Nothing trained.
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"epoch": 1, "weights": "\xff"}', "is not UTF-8 text"),
+        (b"[1, 2]", "`the file` must be a JSON object"),
+        (b'{"weights": "epoch_00001.weights.h5"}', "`epoch` must be present"),
+        (b"[" * 200_000, "nested too deeply"),
+    ],
+    ids=["not-utf8", "list", "no-epoch", "deep"],
+)
+def test_unreadable_metadata_names_the_file(tmp_path, content, message):
+    metadata_path = one_epoch_backup(tmp_path / "backup")
+    metadata_path.write_bytes(content)
+    with pytest.raises(ValueError, match=message) as info:
+        AtomicBackupAndRestore(tmp_path / "backup").completed_epochs()
+    assert str(metadata_path) in str(info.value)

@@ -80,3 +80,39 @@ def test_a_checkpoint_of_another_model_is_named(tmp_path):
     other.save_weights(tmp_path / "other.weights.h5")
     with pytest.raises(ValueError, match="does not fit model"):
         average_checkpoints(make_model(), [tmp_path / "other.weights.h5"])
+
+
+def trained_model(inputs):
+    """A compiled model after one step: its optimizer has state too."""
+    model = make_model()
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(inputs, np.ones((4, 2)), verbose=0)
+    return model
+
+
+@pytest.mark.filterwarnings("ignore:Skipping variable loading")
+@pytest.mark.parametrize("failure", ["truncated", "other_model"])
+def test_a_failure_on_a_later_file_restores_the_original_weights(tmp_path, failure):
+    # The first checkpoint holds weights and optimizer state that differ
+    # from the model's: loading it changes both before the second fails.
+    good = tmp_path / "good.weights.h5"
+    trained_model(np.full((4, 3), 3.0)).save_weights(good)
+    bad = tmp_path / "bad.weights.h5"
+    if failure == "truncated":
+        bad.write_bytes(good.read_bytes()[:200])
+    else:
+        keras.Sequential([keras.Input((3,)), keras.layers.Dense(5)]).save_weights(bad)
+    model = trained_model(np.ones((4, 3)))
+    variables = model.variables + model.optimizer.variables
+    originals = [keras.ops.convert_to_numpy(v.value).copy() for v in variables]
+    with pytest.raises(ValueError) as info:
+        average_checkpoints(model, [good, bad])
+    message = str(info.value)
+    assert str(bad) in message and "keeps the weights it had" in message
+    if failure == "truncated":
+        assert "cannot be read (the file is truncated: it holds 200 of" in message
+    else:
+        assert "does not fit model" in message
+    for variable, original in zip(variables, originals, strict=True):
+        value = keras.ops.convert_to_numpy(variable.value)
+        np.testing.assert_array_equal(value, original)
