@@ -5,12 +5,17 @@ output that cannot be written fails in a second, naming the path, not after
 a translation that took minutes.
 """
 
+import os
 import sys
 from pathlib import Path
 
 
 class InputError(ValueError):
     """An input or output path the command line cannot use."""
+
+
+class RunDirectoryError(ValueError):
+    """A run directory (`--output-dir`) or a file in it that cannot be used."""
 
 
 def split_lines(text):
@@ -89,6 +94,63 @@ def check_output_writable(path):
         ) from None
     if not existed:
         path.unlink()
+
+
+def _same_file(first, second):
+    """Whether two paths name one file (through links too), if both exist."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one of them does not exist (yet)
+        return Path(first).absolute() == Path(second).absolute()
+
+
+def check_output_is_not_input(output_path, input_path):
+    """Refuses `--output` naming the `--input` file (the translation would
+    replace the sentences it translates)."""
+    if output_path is not None and input_path is not None:
+        if _same_file(output_path, input_path):
+            raise InputError(
+                "--output must not be the --input file (its sentences would be "
+                f"replaced by their translations). Received: --input "
+                f"{str(input_path)!r}, --output {str(output_path)!r}"
+            )
+
+
+def _inside(path, directory):
+    """Whether `path` is `directory` or inside it (both resolved)."""
+    path, directory = Path(path).resolve(), Path(directory).resolve()
+    return path == directory or directory in path.parents
+
+
+def check_preset_dir_apart(preset_dir, output_dir, run_flag="--output-dir"):
+    """Refuses a `--preset-dir` that is, holds or lies in the run directory:
+    writing the preset would replace the run's `config.json` (or the preset
+    swap would move the run away)."""
+    if _inside(preset_dir, output_dir) or _inside(output_dir, preset_dir):
+        raise InputError(
+            f"--preset-dir must be a directory apart from {run_flag} (the run "
+            "directory), neither inside nor around it: the preset's config.json "
+            "and weights would replace or move the run's files. Received: "
+            f"--preset-dir {str(preset_dir)!r}, {run_flag} {str(output_dir)!r}"
+        )
+
+
+def check_output_dir(path, create=False):
+    """`--output-dir` must be a directory; with `create`, made if missing."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RunDirectoryError(
+            "--output-dir must be a directory (the run directory). Received: "
+            f"--output-dir {str(path)!r}, which is a file"
+        )
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise RunDirectoryError(
+                f"--output-dir cannot be created: {error.strerror} ({error.filename})."
+                f" Received: --output-dir {str(path)!r}"
+            ) from None
 
 
 def collect_sentences(sentences, input_path, stdin_is_terminal):

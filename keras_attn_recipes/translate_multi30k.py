@@ -14,14 +14,17 @@ Installed, the same command line is `keras-attn-translate ...`.
 Every subcommand takes `--backend {jax,tensorflow,torch}`. Training writes into
 `--output-dir`: the tokenizer, `model.keras`, a checkpoint per epoch, a
 backup that a restarted `train` resumes from, TensorBoard logs, the history
-and a learning-curve plot. Settings are data (`translation_config.py`);
-`--set key=value` overrides one (values are JSON literals or strings, never
-code). Training length is counted in optimizer updates (`train_steps`; or
+and a learning-curve plot; one process at a time (a second `train` or
+`evaluate` there is refused, naming the first one's pid), each file replaced
+atomically, so a kill or a full disk leaves the old file. Settings are
+data (`translation_config.py`); `--set key=value` overrides one (values
+are JSON literals or strings, never code). Training length is counted in optimizer updates (`train_steps`; or
 `epochs`), so a setting gives the same model on any machine. `--distribute {data,model}` and `--mesh` spread training over devices
 (docs/distribution.md).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -30,10 +33,20 @@ from pathlib import Path
 
 from keras_attn_recipes.cli_io import (
     InputError,
+    RunDirectoryError,
+    check_output_dir,
+    check_output_is_not_input,
     check_output_writable,
+    check_preset_dir_apart,
     collect_sentences,
 )
 from keras_attn_recipes.host_memory import reuse_freed_host_memory
+from keras_attn_recipes.quiet_start import quiet_start
+from keras_attn_recipes.run_lock import (
+    RunDirectoryBusy,
+    hold_run_directory,
+    remove_partial_files,
+)
 from keras_attn_recipes.translation_config import (
     SETTINGS,
     TranslationConfig,
@@ -230,6 +243,12 @@ def _check_before_work(args):
             "one device (--distribute none). See docs/distribution.md."
         )
     config = sentences = None
+    try:
+        check_output_dir(args.output_dir)
+        if args.command == "save-preset":
+            check_preset_dir_apart(args.preset_dir, args.output_dir)
+    except (InputError, RunDirectoryError) as error:
+        sys.exit(f"error: {error}")
     if args.command in ("train", "all"):
         try:
             config = SETTINGS[args.setting].replace(**dict(args.overrides))
@@ -246,6 +265,7 @@ def _check_before_work(args):
                 args.sentences, args.input, sys.stdin is None or sys.stdin.isatty()
             )
             if args.output:
+                check_output_is_not_input(args.output, args.input)
                 check_output_writable(args.output)
         except InputError as error:
             sys.exit(f"error: {error}")
@@ -298,12 +318,27 @@ def _use_trained_run(args, sentences, argv):
         translations = steps.translate(args.output_dir, sentences, args.strategy)
         text = "".join(line + "\n" for line in translations)
         if args.output:
-            args.output.write_text(text, encoding="utf-8")
+            _write_output(args.output, text)
         else:
             sys.stdout.write(text)
 
 
+def _write_output(path, text):
+    """`--output`: a regular file is replaced atomically (a kill or a full
+    disk leaves the old file), through a symbolic link to its target; a
+    device or pipe (`/dev/stdout`) is written as it is."""
+    from keras_attn.file_safety import write_text_atomically
+
+    target = Path(os.path.realpath(path))
+    if target.exists() and not target.is_file():
+        with open(target, "w", encoding="utf-8") as file:
+            file.write(text)
+    else:
+        write_text_atomically(target, text)
+
+
 def main(argv=None):
+    quiet_start()  # Before TensorFlow loads: no CUDA notices on a CPU.
     args = parse_args(argv)
     _select_backend(args.backend)
     if argv is None:  # A command-line run (tests call main with arguments).
@@ -311,10 +346,31 @@ def main(argv=None):
         # per-step CPU buffers reuse memory instead of page-faulting.
         reuse_freed_host_memory()
     config, sentences = _check_before_work(args)
-    if args.command in ("train", "evaluate", "all"):
-        _train_and_evaluate(args, config)
-    else:
-        _use_trained_run(args, sentences, argv)
+    try:
+        if args.command in ("train", "evaluate", "all"):
+            with _run_directory_lock(args):
+                if config is not None:  # `train`, `all`: ours to tidy
+                    remove_partial_files(args.output_dir)
+                _train_and_evaluate(args, config)
+        else:
+            _use_trained_run(args, sentences, argv)
+    except (RunDirectoryBusy, RunDirectoryError) as error:
+        sys.exit(f"error: {error}")
+
+
+def _run_directory_lock(args):
+    """The run directory's lock, held by the commands that write into it.
+
+    `train` and `all` write everything there, `evaluate` its translations,
+    scores and plot; a second such command on one `--output-dir` is refused
+    while the first runs. `translate`, `export` and `save-preset` only read
+    the run (its writers replace each file atomically) and take no lock.
+    """
+    if args.command == "evaluate" and not args.output_dir.is_dir():
+        # Nothing to evaluate: `load_translator` says so, naming the path.
+        return contextlib.nullcontext()
+    check_output_dir(args.output_dir, create=True)
+    return hold_run_directory(args.output_dir, args.command)
 
 
 if __name__ == "__main__":

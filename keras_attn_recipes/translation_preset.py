@@ -16,6 +16,8 @@ from pathlib import Path
 
 import keras
 
+from keras_attn.file_safety import replace_directory, write_text_atomically
+from keras_attn_recipes.cli_io import RunDirectoryError, check_preset_dir_apart
 from keras_attn_recipes.translation_config import SETTINGS
 from keras_attn_recipes.translation_steps import load_translator
 
@@ -47,8 +49,19 @@ def _scores(output_dir):
     """Every `{split}.{strategy}[.avgN].bleu.json` of the run, by file stem."""
     scores = {}
     for path in sorted(Path(output_dir).glob("*.bleu.json")):
-        scores[path.name[: -len(".bleu.json")]] = json.loads(path.read_text())
+        scores[path.name[: -len(".bleu.json")]] = _read_json(path)
     return scores
+
+
+def _read_json(path):
+    """A JSON file of the run, or a `RunDirectoryError` naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RunDirectoryError(
+            f"{path} is not a readable JSON file of the run ({error}). Run the "
+            "step that writes it again (`train` or `evaluate`), or remove it."
+        ) from None
 
 
 def save_preset(
@@ -79,6 +92,7 @@ def save_preset(
         The preset directory, as a `pathlib.Path`.
     """
     output_dir, preset_dir = Path(output_dir), Path(preset_dir)
+    check_preset_dir_apart(preset_dir, output_dir)
     translator, config = load_translator(output_dir, "beam", average_last)
     if average_last is None:
         average_last = config.average_checkpoints
@@ -87,16 +101,23 @@ def save_preset(
     )
     if description:  # else the one made from the run
         metadata["description"] = description
-    translator.model.save_to_preset(
-        preset_dir,
-        tokenizer=translator.tokenizer,
-        metadata=metadata,
-        weights_dtype=dtype,
-    )
-    metadata_path = preset_dir / "metadata.json"
-    record = json.loads(metadata_path.read_text())
-    record["check"] = _check(preset_dir)
-    metadata_path.write_text(json.dumps(record, indent=2) + "\n")
+
+    def build(folder):
+        # The whole preset, its check included, is written and loaded back
+        # in a folder beside `preset_dir`, then swapped in: a kill or a full
+        # disk at any point leaves the old preset whole.
+        translator.model.save_to_preset(
+            folder,
+            tokenizer=translator.tokenizer,
+            metadata=metadata,
+            weights_dtype=dtype,
+        )
+        metadata_path = folder / "metadata.json"
+        record = json.loads(metadata_path.read_text(encoding="utf-8"))
+        record["check"] = _check(folder.resolve())
+        write_text_atomically(metadata_path, json.dumps(record, indent=2) + "\n")
+
+    replace_directory(preset_dir, build)
     _report(preset_dir, output_dir, metadata, _scores_stem(average_last))
     return preset_dir
 
@@ -161,7 +182,7 @@ def _description(model, setting, average_last):
 def _metadata(model, config, output_dir, average_last, trained_on, command):
     """`metadata.json`: versions, recipe, data, decoding and scores."""
     training_path = output_dir / "training.json"
-    training = json.loads(training_path.read_text()) if training_path.exists() else {}
+    training = _read_json(training_path) if training_path.exists() else {}
     setting = _setting_name(config)
     scores = _scores(output_dir)
     stem = _scores_stem(average_last)

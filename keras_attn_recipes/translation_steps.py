@@ -10,6 +10,11 @@ import keras
 import numpy as np
 
 import keras_attn
+from keras_attn.file_safety import (
+    replace_directory,
+    write_atomically,
+    write_text_atomically,
+)
 from keras_attn.text import (
     MULTI30K_DIR,
     EpochSeededShuffle,
@@ -30,6 +35,7 @@ from keras_attn.training import (
     average_checkpoints,
     paper_adam,
 )
+from keras_attn_recipes.cli_io import RunDirectoryError
 from keras_attn_recipes.plots import plot_attention, plot_learning_curves
 from keras_attn_recipes.translation_config import TranslationConfig, check_resumable
 from keras_attn_recipes.update_budget import UpdateBudget, fit_epochs
@@ -51,7 +57,9 @@ def _tokenizer(config, output_dir, sources, targets):
     tokenizer = SubwordTokenizer.train(
         sources + targets, vocabulary_size=config.vocabulary_size, seed=config.seed
     )
-    tokenizer.save(directory)
+    # Whole or not at all: a kill mid-save would leave a `tokenizer.model`
+    # that the next run loads as if it were complete.
+    replace_directory(directory, tokenizer.save)
     print(
         f"Trained a {tokenizer.vocabulary_size}-piece SentencePiece vocabulary "
         f"in {time.time() - start:.1f} s."
@@ -190,6 +198,24 @@ def _resumed_epochs_and_updates(backup, batches_per_epoch, output_dir):
     return resumed_epochs, resumed_updates
 
 
+class AtomicEpochCheckpoint(keras.callbacks.Callback):
+    """`checkpoints/epoch_NNN.keras` at each epoch's end, written atomically.
+
+    `keras.callbacks.ModelCheckpoint` writes the file in place: a kill or a
+    full disk mid-write leaves a truncated checkpoint that `evaluate
+    --average-last` and `save-preset` would read. This one writes beside
+    it and renames (`keras_attn.file_safety.write_atomically`).
+    """
+
+    def __init__(self, directory):
+        super().__init__()
+        self.directory = Path(directory)
+
+    def on_epoch_end(self, epoch, logs=None):
+        path = self.directory / f"epoch_{epoch + 1:03d}.keras"
+        write_atomically(path, self.model.save)
+
+
 def _training_callbacks(config, output_dir, model, epoch_shuffle, backup, updates):
     return [
         epoch_shuffle,
@@ -201,9 +227,7 @@ def _training_callbacks(config, output_dir, model, epoch_shuffle, backup, update
             log_path=output_dir / "updates.csv",
             learning_rate=learning_rate_schedule(config, model.hidden_dim),
         ),
-        keras.callbacks.ModelCheckpoint(
-            str(output_dir / "checkpoints" / "epoch_{epoch:03d}.keras")
-        ),
+        AtomicEpochCheckpoint(output_dir / "checkpoints"),
         keras.callbacks.CSVLogger(str(output_dir / "history.csv"), append=True),
         keras.callbacks.TensorBoard(str(output_dir / "logs"), update_freq=50),
         # Raising (not just stopping) skips the end-of-epoch saves, so the
@@ -242,12 +266,7 @@ def _save_results(model, output_dir, minutes, resumed_updates):
     after how many updates it resumed (`resumed_after_updates`), since the
     time before that is not counted.
     """
-    model.save(output_dir / "model.keras")
-    plot_learning_curves(
-        output_dir / "history.csv",
-        output_dir / "learning_curves.png",
-        updates_csv=output_dir / "updates.csv",
-    )
+    write_atomically(output_dir / "model.keras", model.save)
     summary = {
         "training_minutes": round(minutes, 2),
         "updates": int(model.optimizer.iterations),
@@ -257,7 +276,13 @@ def _save_results(model, output_dir, minutes, resumed_updates):
     if resumed_updates:
         summary["resumed_after_updates"] = resumed_updates
         resumed = f" (resumed after {resumed_updates:,} updates)"
-    (output_dir / "training.json").write_text(json.dumps(summary, indent=2))
+    write_text_atomically(output_dir / "training.json", json.dumps(summary, indent=2))
+    # Last: a picture, after the results it must not keep from being saved.
+    plot_learning_curves(
+        output_dir / "history.csv",
+        output_dir / "learning_curves.png",
+        updates_csv=output_dir / "updates.csv",
+    )
     print(
         f"Trained for {minutes:.1f} min{resumed}; saved {output_dir / 'model.keras'}."
     )
@@ -271,8 +296,8 @@ def train(
     distribution = _configure_distribution(config, distribute, mesh)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "config.json").write_text(
-        json.dumps(dataclasses.asdict(config), indent=2)
+    write_text_atomically(
+        output_dir / "config.json", json.dumps(dataclasses.asdict(config), indent=2)
     )
     keras.utils.set_random_seed(config.seed)
     train_pairs = _load(data_dir, "train", config.train_pairs)
@@ -318,12 +343,33 @@ def train(
 
 def load_config(output_dir):
     """The `TranslationConfig` a run directory was trained with."""
-    stored = json.loads((Path(output_dir) / "config.json").read_text())
+    path = Path(output_dir) / "config.json"
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunDirectoryError(
+            f"{path} is missing: {output_dir} is not a complete run directory "
+            "of `train` (run `train` with this --output-dir first)."
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RunDirectoryError(
+            f"{path} is not a readable run configuration ({error}). Expected "
+            "the JSON object `train` writes; train the run again, or choose "
+            "another --output-dir."
+        ) from None
+    if not isinstance(stored, dict):
+        raise RunDirectoryError(
+            f"{path} must hold a JSON object of settings. Received: "
+            f"{type(stored).__name__} {stored!r:.100}"
+        )
     known = {field.name for field in dataclasses.fields(TranslationConfig)}
     # Run directories from before training was counted in updates.
     if stored.get("train_steps") is None and stored.get("epochs") is None:
         stored["epochs"] = 1
-    return TranslationConfig(**{k: v for k, v in stored.items() if k in known})
+    try:
+        return TranslationConfig(**{k: v for k, v in stored.items() if k in known})
+    except (TypeError, ValueError) as error:
+        raise RunDirectoryError(f"{path} holds an invalid setting: {error}") from None
 
 
 def load_translator(output_dir, strategy="beam", average_last=None):
@@ -412,11 +458,12 @@ def _evaluate_split(
         f"{seconds:.0f} s):\n{report}"
     )
     stem = f"{split}.{strategy}" + (f".avg{average_last}" if average_last > 1 else "")
-    (output_dir / f"{stem}.de").write_text("\n".join(hypotheses) + "\n")
-    (output_dir / f"{stem}.bleu.json").write_text(
+    write_text_atomically(output_dir / f"{stem}.de", "\n".join(hypotheses) + "\n")
+    write_text_atomically(
+        output_dir / f"{stem}.bleu.json",
         json.dumps(
             {**dataclasses.asdict(report), "seconds": round(seconds, 1)}, indent=2
-        )
+        ),
     )
     return report, sources[0]
 

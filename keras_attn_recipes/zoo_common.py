@@ -8,10 +8,13 @@ choose its backend first.
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
+from keras_attn_recipes.cli_io import RunDirectoryError, check_output_dir
 from keras_attn_recipes.host_memory import reuse_freed_host_memory
+from keras_attn_recipes.run_lock import RunDirectoryBusy, lock_for_this_process
 
 
 def add_common_arguments(parser, default_output_dir):
@@ -137,7 +140,9 @@ def pad_to_batches(inputs, labels, batch_size, pad_value=0):
 def resolve_config(settings, args):
     """The setting chosen by `--quick`, with the command-line overrides.
 
-    Also creates `args.output_dir`.
+    Also creates `args.output_dir` and takes its lock
+    (`keras_attn_recipes.run_lock`); exits naming the directory and the
+    owner where another process writes there.
     """
     import dataclasses
 
@@ -151,7 +156,12 @@ def resolve_config(settings, args):
     config = dataclasses.replace(
         settings["quick" if args.quick else "default"], **overrides
     )
-    args.output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        check_output_dir(args.output_dir, create=True)
+        # Held until the recipe's process exits: one writer per directory.
+        lock_for_this_process(args.output_dir, Path(sys.argv[0]).name)
+    except (RunDirectoryError, RunDirectoryBusy) as error:
+        sys.exit(f"error: {error}")
     return config
 
 
@@ -230,7 +240,9 @@ def plot_history(history, metrics, path, title):
 
 def write_summary(output_dir, summary):
     """Writes `summary.json` and prints it."""
+    from keras_attn.file_safety import write_text_atomically
+
     path = Path(output_dir) / "summary.json"
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_atomically(path, json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
     return path

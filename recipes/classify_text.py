@@ -24,6 +24,7 @@ import dataclasses
 import importlib.resources
 import time
 
+from keras_attn_recipes.quiet_start import quiet_start
 from keras_attn_recipes.zoo_common import (
     add_common_arguments,
     fit_steps_per_execution,
@@ -157,6 +158,7 @@ def main(argv=None):
     import keras
     import numpy as np
 
+    from keras_attn.file_safety import replace_directory, write_atomically
     from keras_attn.models import TransformerEncoderClassifier
     from keras_attn.text import SubwordTokenizer
 
@@ -180,7 +182,7 @@ def main(argv=None):
         vocabulary_size=config.vocabulary_size,
         seed=config.seed,
     )
-    tokenizer.save(output_dir / "tokenizer")
+    replace_directory(output_dir / "tokenizer", tokenizer.save)
     train_ids = encode(tokenizer, train_x, config.sequence_length)
     val_ids = encode(tokenizer, val_x, config.sequence_length)
     test_ids = encode(tokenizer, test_x, config.sequence_length)
@@ -243,7 +245,8 @@ def main(argv=None):
         f"Test accuracy: {test_accuracy:.4f} ({len(test_ids)} articles); "
         f"TF-IDF + logistic regression on the same text: {baseline:.4f}"
     )
-    model.save(output_dir / "model.keras")
+    # Beside and renamed: a kill or a full disk leaves the old model whole.
+    write_atomically(output_dir / "model.keras", model.save)
     plot_history(
         history.history,
         ("loss", "accuracy"),
@@ -267,4 +270,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    quiet_start()  # Before TensorFlow loads: no CUDA notices on a CPU.
     main()

@@ -20,6 +20,7 @@ import dataclasses
 import math
 import time
 
+from keras_attn_recipes.quiet_start import quiet_start
 from keras_attn_recipes.zoo_common import (
     add_common_arguments,
     fit_steps_per_execution,
@@ -177,6 +178,7 @@ def main(argv=None):
     backend = select_backend(args.backend, restart=argv is None)
     import keras
 
+    from keras_attn.file_safety import replace_directory, write_atomically
     from keras_attn.models import TransformerLM
     from keras_attn.text import SubwordTokenizer, load_multi30k
     from keras_attn.training import MaskedAccuracy, MaskedSparseCategoricalCrossentropy
@@ -193,7 +195,7 @@ def main(argv=None):
     tokenizer = SubwordTokenizer.train(
         train_text, vocabulary_size=config.vocabulary_size, seed=config.seed
     )
-    tokenizer.save(output_dir / "tokenizer")
+    replace_directory(output_dir / "tokenizer", tokenizer.save)
     train_ids = encode(tokenizer, train_text, config.sequence_length)
     val_ids = encode(tokenizer, val_text, config.sequence_length)
     print(
@@ -258,7 +260,8 @@ def main(argv=None):
         f"{after['word_perplexity']:.2f} per word "
         f"(trained {training_seconds / 60:.1f} min)"
     )
-    model.save(output_dir / "model.keras")
+    # Beside and renamed: a kill or a full disk leaves the old model whole.
+    write_atomically(output_dir / "model.keras", model.save)
     plot_history(
         history.history,
         ("loss", "masked_accuracy"),
@@ -289,4 +292,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    quiet_start()  # Before TensorFlow loads: no CUDA notices on a CPU.
     main()

@@ -23,8 +23,11 @@ and a small `"check"`: a score on a few held-out examples that
 import argparse
 import importlib.resources
 import json
+import sys
 from pathlib import Path
 
+from keras_attn_recipes.cli_io import InputError, check_preset_dir_apart
+from keras_attn_recipes.quiet_start import quiet_start
 from keras_attn_recipes.zoo_common import select_backend
 
 CHECK_EXAMPLES = {"vit": 64, "classifier": 32, "lm": 64}
@@ -54,10 +57,24 @@ def main(argv=None):
     parser.add_argument("--preset-dir", type=Path, required=True)
     parser.add_argument("--backend", choices=("jax", "tensorflow"), default=None)
     args = parser.parse_args(argv)
+    try:
+        check_preset_dir_apart(args.preset_dir, args.run_dir, run_flag="--run-dir")
+    except InputError as error:
+        parser.error(str(error))
     backend = select_backend(args.backend, restart=False)
     import numpy as np
 
-    summary = json.loads((args.run_dir / "summary.json").read_text())
+    from keras_attn.file_safety import replace_directory, write_text_atomically
+
+    summary_path = args.run_dir / "summary.json"
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        sys.exit(
+            f"error: {summary_path} is not a readable run summary ({error}). "
+            "Expected the summary.json a finished recipe run writes; pass its "
+            "directory as --run-dir."
+        )
     model = load_run_model(args.run_dir)
     n = CHECK_EXAMPLES[args.kind]
     tokenizer = None
@@ -132,25 +149,34 @@ def main(argv=None):
             k: v for k, v in summary.items() if "accuracy" in k or "perplexity" in k
         },
     }
-    model.save_to_preset(
-        args.preset_dir, tokenizer=tokenizer, metadata=metadata, weights_dtype="float16"
-    )
-    # Scores of the preset as it loads: float16 weights in a float32 model.
-    loaded = type(model).from_preset(args.preset_dir)
-    scores = score(loaded)
-    if args.kind == "lm":
-        metadata["scores"] = {
-            "validation_piece_perplexity": round(scores["full"]["piece_perplexity"], 4),
-            "validation_word_perplexity": round(scores["full"]["word_perplexity"], 4),
-            "split": "Multi30k val (1,014 captions)",
-        }
-    else:
-        metadata["scores"] = {score_name: round(scores["full"], 4)}
-    metadata["check"]["score"] = scores["check"]
-    metadata["check"]["backend"] = backend
-    record = json.loads((args.preset_dir / "metadata.json").read_text())
-    record.update(metadata)
-    (args.preset_dir / "metadata.json").write_text(json.dumps(record, indent=2) + "\n")
+
+    def build(folder):
+        # Written, loaded back and scored beside `--preset-dir`, then swapped
+        # in: a kill or a full disk at any point leaves the old preset whole.
+        model.save_to_preset(
+            folder, tokenizer=tokenizer, metadata=metadata, weights_dtype="float16"
+        )
+        # Scores of the preset as it loads: float16 weights in a float32 model.
+        loaded = type(model).from_preset(folder.resolve())
+        scores = score(loaded)
+        if args.kind == "lm":
+            full = scores["full"]
+            metadata["scores"] = {
+                "validation_piece_perplexity": round(full["piece_perplexity"], 4),
+                "validation_word_perplexity": round(full["word_perplexity"], 4),
+                "split": "Multi30k val (1,014 captions)",
+            }
+        else:
+            metadata["scores"] = {score_name: round(scores["full"], 4)}
+        metadata["check"]["score"] = scores["check"]
+        metadata["check"]["backend"] = backend
+        record = json.loads((folder / "metadata.json").read_text())
+        record.update(metadata)
+        write_text_atomically(
+            folder / "metadata.json", json.dumps(record, indent=2) + "\n"
+        )
+
+    replace_directory(args.preset_dir, build)
     print(json.dumps(metadata["scores"]), json.dumps(metadata["check"])[:300])
 
 
@@ -250,4 +276,5 @@ def lm_metadata(config, n):
 
 
 if __name__ == "__main__":
+    quiet_start()  # Before TensorFlow loads: no CUDA notices on a CPU.
     main()

@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import time
 
+from keras_attn_recipes.quiet_start import quiet_start
 from keras_attn_recipes.zoo_common import (
     add_common_arguments,
     fit_steps_per_execution,
@@ -102,6 +103,7 @@ def main(argv=None):
     backend = select_backend(args.backend, restart=argv is None)
     import keras
 
+    from keras_attn.file_safety import write_atomically
     from keras_attn.models import VisionTransformer
 
     config = resolve_config(SETTINGS, args)
@@ -164,7 +166,8 @@ def main(argv=None):
     )
     print(f"Test accuracy: {test_accuracy:.4f} ({len(x_test)} images)")
 
-    model.save(output_dir / "model.keras")
+    # Beside and renamed: a kill or a full disk leaves the old model whole.
+    write_atomically(output_dir / "model.keras", model.save)
     plot_history(
         history.history,
         ("loss", "accuracy"),
@@ -185,4 +188,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    quiet_start()  # Before TensorFlow loads: no CUDA notices on a CPU.
     main()
