@@ -340,3 +340,30 @@ def check_positive_int_sequence(value, name):
     if not items or min(items) < 1:
         raise ValueError(f"{expected} {_received(name, value)}")
     return tuple(int(item) for item in items)
+
+
+def check_float_dtype(value, name="dtype"):
+    """Returns a dtype or dtype policy that computes in floating point.
+
+    `None` (the global policy), a float dtype (`"float32"`, `"float64"`),
+    a mixed policy (`"mixed_bfloat16"`) or a quantized one over floats
+    pass. An integer or boolean dtype is refused here rather than failing
+    later in an initializer, differently on each backend.
+
+    Raises:
+        ValueError: if the policy's compute or variable dtype is not a
+            floating dtype.
+    """
+    if value is None:
+        return value
+    import keras  # Not at import time: the recipes import this module first.
+
+    policy = keras.dtype_policies.get(value)
+    for dtype in (policy.compute_dtype, policy.variable_dtype):
+        if "float" not in keras.backend.standardize_dtype(dtype):
+            raise ValueError(
+                f"`{name}` must be a floating dtype or a mixed-precision policy "
+                f'("float32", "float64", "mixed_bfloat16", ...). '
+                f"{_received(name, policy.name)}"
+            )
+    return value

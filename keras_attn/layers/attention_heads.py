@@ -22,8 +22,8 @@ def combine_masks(*masks):
 
 def window_mask(query_length, key_length, sliding_window):
     """`(1, query_length, key_length)`: `True` where `|i - j| < sliding_window`."""
-    queries = ops.arange(query_length)[:, None]
-    keys = ops.arange(key_length)[None, :]
+    queries = ops.arange(query_length, dtype="int32")[:, None]
+    keys = ops.arange(key_length, dtype="int32")[None, :]
     return ops.expand_dims(ops.abs(queries - keys) < sliding_window, 0)
 
 

@@ -19,7 +19,8 @@ What reaches which kernel:
   mask goes as a full `(batch, 1, query_length, key_length)` boolean, which
   JAX turns into a bias cuDNN accepts; a bias also needs even lengths
   (cuDNN's rule for biases under a gradient), so a masked call with an odd
-  length goes to XLA.
+  length goes to XLA. A float16 bias (about -45,000) is no mask for large
+  scores: a masked float16 call goes to XLA, which masks float32 scores.
 - JAX on a TPU without a mask: Keras's splash-attention kernel; with a mask,
   XLA.
 - Everything else (float32, CPU, TensorFlow, shapes cuDNN does not take):
@@ -81,7 +82,13 @@ def choose_attention_kernel(
         return "xla" if has_mask else "splash"
     if platform != "gpu":
         return "xla"
-    if keras.backend.standardize_dtype(dtype) not in CUDNN_DTYPES:
+    dtype = keras.backend.standardize_dtype(dtype)
+    if dtype not in CUDNN_DTYPES:
+        return "xla"
+    if has_mask and dtype == "float16":
+        # JAX turns the mask into a float16 bias for cuDNN, about -45,000,
+        # which large scores overcome (a masked key is then attended);
+        # XLA masks the float32 scores.
         return "xla"
     head_dim = query_shape[-1]
     if head_dim is None or head_dim % 8 or head_dim > CUDNN_MAX_HEAD_DIM:
@@ -99,10 +106,19 @@ def fused_path_runs(dtype, backend=None, platform=None):
 
     XLA:CPU rejects the float16 dot products of JAX's fused attention with a
     float32 accumulator (`F16_F16_F32`) when compiling its gradient, so
-    float16 on a JAX CPU takes the explicit path.
+    float16 on a JAX CPU takes the explicit path. TensorFlow's
+    `dot_product_attention` is no kernel but einsums, and its `Q K^T` runs
+    in float16, where large activations overflow to inf (and the softmax
+    to NaN): float16 on TensorFlow takes the explicit path too, which
+    computes the scores in float32. (JAX's XLA and cuDNN kernels and
+    torch's accumulate the scores in float32.)
     """
     backend = backend or keras.backend.backend()
-    if backend != "jax" or keras.backend.standardize_dtype(dtype) != "float16":
+    if keras.backend.standardize_dtype(dtype) != "float16":
+        return True
+    if backend == "tensorflow":
+        return False
+    if backend != "jax":
         return True
     return (platform or device_platform()) != "cpu"
 
@@ -139,8 +155,12 @@ def fused_dot_product_attention(query, key, value, mask=None, scale=None):
                 keras.ops.shape(key)[1],
             ),
         )
+    dtype = query.dtype
+    in_float32 = mask is not None and _mask_bias_too_small(dtype)
+    if in_float32:
+        query, key, value = (keras.ops.cast(x, "float32") for x in (query, key, value))
     # (batch, query_length, num_heads, head_dim)
-    return keras.ops.dot_product_attention(
+    attended = keras.ops.dot_product_attention(
         query,
         key,
         value,
@@ -148,3 +168,21 @@ def fused_dot_product_attention(query, key, value, mask=None, scale=None):
         scale=scale,
         flash_attention=None if kernel != "xla" else False,
     )
+    if in_float32:
+        attended = keras.ops.cast(attended, dtype)
+    return attended
+
+
+def _mask_bias_too_small(dtype, backend=None):
+    """Whether the backend masks `dtype` scores with a bias they can exceed.
+
+    Keras's torch `dot_product_attention` turns a boolean mask into an
+    additive bias in the inputs' dtype: in float16 about -45,000 (float16
+    has no larger finite number to offer), which scaled scores of large
+    activations exceed, so a masked key is attended. Such calls run the
+    kernel in float32, whose bias (-2.4e38) no score overcomes. (JAX's
+    kernels mask the float32 scores; TensorFlow's float16 takes the
+    explicit path, `fused_path_runs`.)
+    """
+    backend = backend or keras.backend.backend()
+    return backend == "torch" and keras.backend.standardize_dtype(dtype) == "float16"

@@ -27,8 +27,10 @@ def causal_mask(query_length, key_length, query_offset=0):
     Returns:
         A boolean tensor of shape `(1, query_length, key_length)`.
     """
-    query_positions = ops.arange(query_length)[:, None] + query_offset
-    key_positions = ops.arange(key_length)[None, :]
+    # int32 spelt out: with `floatx()` "float64" Keras's default int is
+    # int64, which TensorFlow will not add to an int32 `query_offset`.
+    query_positions = ops.arange(query_length, dtype="int32")[:, None] + query_offset
+    key_positions = ops.arange(key_length, dtype="int32")[None, :]
     # (1, query_length, key_length)
     return ops.expand_dims(key_positions <= query_positions, axis=0)
 

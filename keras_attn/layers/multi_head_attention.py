@@ -28,7 +28,12 @@ from keras_attn.layers.masking import (
     causal_mask,
     merge_attention_masks,
 )
-from keras_attn.validation import check_bool, check_dropout_rate, check_seed
+from keras_attn.validation import (
+    check_bool,
+    check_dropout_rate,
+    check_float_dtype,
+    check_seed,
+)
 
 
 def _as_bool(mask, argument_name):
@@ -171,6 +176,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.num_heads = check_head_dim(num_heads, "num_heads")
         self.key_dim = check_head_dim(key_dim, "key_dim")
         value_dim = check_head_dim(value_dim, "value_dim", allow_none=True)
+        check_float_dtype(kwargs.get("dtype"), "dtype")
         super().__init__(**kwargs)
         self.value_dim = value_dim or self.key_dim
         self.dropout = check_dropout_rate(dropout, "dropout")

@@ -44,11 +44,31 @@ def _fused_attention(query, key, value, mask, scale, attended_keys):
     return ops.where(_row_has_any_key(mask), attended, ops.zeros_like(attended))
 
 
-def _attention_weights(query, key, mask, scale):
-    """`softmax(Q K^T / sqrt(d_k))` in float32, zero where masked."""
+def _scores(query, key, scale):
+    """`Q K^T / sqrt(d_k)`, `(batch, num_heads, query_length, key_length)`.
+
+    In float32 for half-precision inputs, in the inputs' dtype otherwise
+    (no cast at all in float32 or float64). float16 tops out at 65504: with
+    large activations a float16 `Q K^T` overflows to inf before any scale
+    or softmax can help, and the softmax then gives NaN. So float16 query
+    and key are cast up before the product (the product itself overflows,
+    so casting the scores afterwards is too late). bfloat16 has float32's
+    range: its product cannot overflow, and only the scores are cast.
+    """
+    dtype = keras.backend.standardize_dtype(query.dtype)
+    if dtype == "float16":
+        query, key = ops.cast(query, "float32"), ops.cast(key, "float32")
     # (batch, num_heads, query_length, key_length)
     scores = ops.einsum("bqhd,bkhd->bhqk", query, key)
-    scores = ops.cast(scores, "float32") * scale
+    if dtype == "bfloat16":
+        scores = ops.cast(scores, "float32")
+    return scores * scale
+
+
+def _attention_weights(query, key, mask, scale):
+    """`softmax(Q K^T / sqrt(d_k))`, at least float32, zero where masked."""
+    # (batch, num_heads, query_length, key_length)
+    scores = _scores(query, key, scale)
     if mask is not None:
         head_mask = mask[:, None, :, :]  # (batch, 1, query_length, key_length)
         scores = ops.where(head_mask, scores, _MASKED_SCORE)
@@ -141,7 +161,11 @@ def scaled_dot_product_attention(
     ):
         return _fused_attention(query, key, value, mask, scale, attended_keys)
     weights = _attention_weights(query, key, mask, scale)
-    weights = ops.cast(weights, value.dtype)
+    if keras.backend.standardize_dtype(weights.dtype) != (
+        keras.backend.standardize_dtype(value.dtype)
+    ):
+        # Half precision: the float32 weights back to the values' dtype.
+        weights = ops.cast(weights, value.dtype)
     attention_weights = weights
     if use_dropout:
         weights = keras.random.dropout(weights, dropout_rate, seed=seed_generator)

@@ -60,7 +60,10 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     def call(self, inputs, start_index=0):
         shape = ops.shape(inputs)
         sequence_length, dim = shape[-2], shape[-1]
-        positions = ops.cast(ops.arange(sequence_length) + start_index, "float32")
+        # int32, not Keras's default int (int64 under floatx "float64", which
+        # TensorFlow will not add to an int32 `start_index`).
+        positions = ops.arange(sequence_length, dtype="int32") + start_index
+        positions = ops.cast(positions, "float32")
         # 2i for every feature index (pairs share a frequency).
         pair_index = ops.cast(ops.arange(dim) // 2 * 2, "float32")
         inverse_wavelengths = ops.power(

@@ -44,6 +44,7 @@ from keras_attn.validation import (
     check_bool,
     check_choice,
     check_divisible,
+    check_float_dtype,
     check_positive_float,
     check_positive_int,
     check_rate,
@@ -126,6 +127,7 @@ def checked_arguments(local_variables):
         A `types.SimpleNamespace` of the checked arguments, in the order of
         the constructor's signature.
     """
+    check_float_dtype(local_variables.get("dtype"), "dtype")
     arguments = {
         name: value
         for name, value in local_variables.items()
@@ -266,7 +268,16 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
             kwargs["inputs"] = self._check_inputs(kwargs["inputs"])
         return super().__call__(*args, **kwargs)
 
+    def predict(self, x, *args, **kwargs):
+        # Keras's own "cardinality" message fails on a dict of arrays.
+        if isinstance(x, dict):
+            check_same_batch_size(self._named_inputs(x))
+        return super().predict(x, *args, **kwargs)
+
     def call(self, inputs, training=None, mask=None):
+        # Also here: JAX's `predict`/`fit` call `call`, not `__call__`.
+        if isinstance(inputs, dict):
+            check_same_batch_size(inputs)
         empty = self._empty_result(inputs)
         if empty is not None:
             return empty

@@ -13,6 +13,44 @@ from keras_attn.validation import check_bool, check_int, check_rate
 _MEAN_REDUCTIONS = ("sum_over_batch_size", "mean")
 
 
+def numeric_labels(y_true, argument_name="y_true"):
+    """`y_true` as a tensor, refused unless it holds numbers (not bools).
+
+    Float labels are accepted, as Keras's own losses accept them (Keras
+    itself hands labels over as floats, e.g. under `tf.distribute`); one
+    that is not a whole number is out of range in `labels_in_range`, never
+    truncated (2.7 is not read as 2).
+    """
+    if not hasattr(y_true, "dtype"):
+        y_true = keras.ops.convert_to_tensor(y_true)
+    dtype = keras.backend.standardize_dtype(y_true.dtype)
+    if "int" not in dtype and "float" not in dtype:
+        raise TypeError(
+            f"`{argument_name}` must hold integer class ids. Received: "
+            f"{argument_name}.dtype={dtype}"
+        )
+    return y_true
+
+
+def labels_in_range(y_true, num_classes):
+    """`(labels, in_range)`: int32 ids safe to gather, and where they are real.
+
+    `in_range` is `0 <= y_true < num_classes` and, for float labels, a whole
+    number, checked before the cast to int32 (a float id of 1e10 has no
+    int32 value, and a cast would truncate 2.7 to 2). Out-of-range ids
+    become 0 in `labels`: gathering them would fail on TensorFlow, read the
+    last class for -1 on JAX and torch, and give NaN past the end on JAX.
+    """
+    in_range = keras.ops.logical_and(
+        keras.ops.greater_equal(y_true, 0), keras.ops.less(y_true, num_classes)
+    )  # (batch, seq)
+    if "float" in keras.backend.standardize_dtype(y_true.dtype):
+        whole = keras.ops.equal(y_true, keras.ops.floor(y_true))
+        in_range = keras.ops.logical_and(in_range, whole)
+    labels = keras.ops.cast(keras.ops.where(in_range, y_true, 0), "int32")
+    return labels, in_range
+
+
 @keras.saving.register_keras_serializable(package="keras_attn")
 class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     """Token cross-entropy with label smoothing that skips padding.
@@ -41,6 +79,15 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     with `reduction=None` the per-token losses (0 at padding) come back
     unscaled. With `reduction="mean_with_sample_weight"`, give padding a
     sample weight of 0.
+
+    Labels are class ids: bool labels raise a `TypeError` at the call;
+    float labels are read as ids when they are whole numbers. A label
+    outside `[0, vocab)` that is not `ignore_class` (a negative id, an id
+    past the vocabulary, or a fraction such as 2.7) makes
+    that token's loss NaN, so the batch's loss is NaN on every backend
+    (values cannot raise inside a compiled step); the gradient stays finite
+    (0 from that token). Add `keras.callbacks.TerminateOnNaN()` to `fit`'s
+    callbacks to stop training on such a batch.
 
     When `ignore_class` is set, the labels alone say which tokens are
     padding: a Keras mask carried by `y_pred` (propagated from an
@@ -114,6 +161,8 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         self.from_logits = from_logits
 
     def __call__(self, y_true, y_pred, sample_weight=None):
+        # Before `Loss.__call__`, which converts the labels to floats.
+        y_true = numeric_labels(y_true)
         if self.ignore_class is not None:
             # `Loss.__call__` rescales by any Keras mask found on `y_pred`;
             # `call` already rescaled by the label mask.
@@ -139,30 +188,34 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         y_true = keras.ops.convert_to_tensor(y_true)
         if len(y_true.shape) == len(y_pred.shape) and y_true.shape[-1] == 1:
             y_true = keras.ops.squeeze(y_true, axis=-1)
-        # `Loss.__call__` hands labels over as floats; ids are exact below 2**24.
-        labels = keras.ops.cast(y_true, "int32")  # (batch, seq)
+        # `Loss.__call__` hands labels over as floats (checked to be integers
+        # before); ids are exact below 2**24.
+        num_classes = y_pred.shape[-1] or keras.ops.shape(y_pred)[-1]
+        labels, in_range = labels_in_range(y_true, num_classes)  # (batch, seq)
 
         valid = None
         if self.ignore_class is not None:
-            valid = keras.ops.not_equal(labels, self.ignore_class)  # (batch, seq)
+            valid = keras.ops.not_equal(y_true, self.ignore_class)  # (batch, seq)
+        # Real tokens with an id outside the vocabulary: NaN below.
+        out_of_range = keras.ops.logical_not(in_range)
+        counted = in_range
+        if valid is not None:
+            out_of_range = keras.ops.logical_and(valid, out_of_range)
+            counted = keras.ops.logical_and(valid, in_range)
 
         if self.from_logits:
             # -log p(label) = logsumexp(logits) - logits[label], with its
             # gradient written out: one pass over the logits backward, and
             # exactly 0 at ignored tokens (docs/performance.md).
             losses = smoothed_softmax_cross_entropy(
-                y_pred, labels, self.label_smoothing, valid
+                y_pred, labels, self.label_smoothing, counted
             )  # (batch, seq)
         else:
-            if valid is not None:
-                # An ignored id may lie outside the vocabulary (-1, 255):
-                # never gather it. Constant rows at ignored tokens keep
-                # log-probabilities and their gradients finite whatever the
-                # model put there.
-                labels = keras.ops.where(valid, labels, 0)
-                y_pred = keras.ops.where(
-                    keras.ops.expand_dims(valid, -1), y_pred, 1.0
-                )  # (batch, seq, vocab)
+            # Constant rows at ignored tokens keep log-probabilities and
+            # their gradients finite whatever the model put there.
+            y_pred = keras.ops.where(
+                keras.ops.expand_dims(counted, -1), y_pred, 1.0
+            )  # (batch, seq, vocab)
             # Same treatment of probabilities as Keras's crossentropies.
             probs = y_pred / keras.ops.sum(y_pred, axis=-1, keepdims=True)
             epsilon = keras.backend.epsilon()
@@ -176,6 +229,9 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
                 eps = self.label_smoothing
                 uniform_losses = -keras.ops.mean(log_probs, axis=-1)  # (batch, seq)
                 losses = (1.0 - eps) * losses + eps * uniform_losses
+        # NaN, not a silent gather of another class: the batch's loss is
+        # NaN on every backend (the gradient of `where` stays finite).
+        losses = keras.ops.where(out_of_range, float("nan"), losses)
         return losses, valid
 
     def _masked(self, losses, valid):

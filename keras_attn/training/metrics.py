@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_attn.training.losses import labels_in_range, numeric_labels
 from keras_attn.validation import check_int
 
 
@@ -14,6 +15,12 @@ class MaskedAccuracy(keras.metrics.Metric):
     call since the last `reset_state`. Tokens whose label equals
     `ignore_class` are not counted. The result is 0 while nothing has been
     counted (e.g. after an all-padding batch).
+
+    As `MaskedSparseCategoricalCrossentropy`: bool labels raise a
+    `TypeError`, and a label outside `[0, vocab)` that is not
+    `ignore_class` (or a fractional float label) makes the result NaN
+    until `reset_state` (rather than a silent miss, or a hit on the last
+    class for -1).
 
     Args:
         ignore_class: Integer label id whose tokens are skipped (the padding
@@ -58,20 +65,24 @@ class MaskedAccuracy(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         y_pred = keras.ops.convert_to_tensor(y_pred)
-        y_true = keras.ops.convert_to_tensor(y_true)
+        y_true = keras.ops.convert_to_tensor(numeric_labels(y_true))
         if len(y_true.shape) == len(y_pred.shape) and y_true.shape[-1] == 1:
             y_true = keras.ops.squeeze(y_true, axis=-1)
-        labels = keras.ops.cast(y_true, "int32")  # (batch, seq)
+        num_classes = y_pred.shape[-1] or keras.ops.shape(y_pred)[-1]
+        labels, in_range = labels_in_range(y_true, num_classes)  # (batch, seq)
         predictions = keras.ops.cast(
             keras.ops.argmax(y_pred, axis=-1), "int32"
         )  # (batch, seq)
 
+        out_of_range = keras.ops.logical_not(in_range)  # (batch, seq)
         if self.ignore_class is None:
             weights = keras.ops.ones_like(labels, dtype=self.dtype)
         else:
-            weights = keras.ops.cast(
-                keras.ops.not_equal(labels, self.ignore_class), self.dtype
-            )  # (batch, seq)
+            valid = keras.ops.not_equal(y_true, self.ignore_class)  # (batch, seq)
+            weights = keras.ops.cast(valid, self.dtype)
+            out_of_range = keras.ops.logical_and(valid, out_of_range)
+        # A counted token with an id outside the vocabulary: NaN weight.
+        weights = keras.ops.where(out_of_range, float("nan"), weights)
         if sample_weight is not None:
             sample_weight = keras.ops.cast(sample_weight, self.dtype)
             # (batch,) weights one whole sequence: (batch, 1) broadcasts.

@@ -30,6 +30,24 @@ def symmetric_kl_divergence(logits_a, logits_b):
     return keras.ops.sum(difference * (log_p_a - log_p_b), axis=-1)
 
 
+def _check_even_batch(batch_size):
+    """Refuses a static odd batch size, which cannot hold two equal halves.
+
+    Checked while the step is traced. A batch size unknown there (a
+    TensorFlow graph over a dataset without `drop_remainder`) cannot be
+    checked without a runtime assertion: `repeat_batches` makes every batch
+    even, and an odd one fails in TensorFlow's `Split` when it runs.
+    """
+    if batch_size is not None and batch_size % 2:
+        raise ValueError(
+            "`RDropLoss` reads the two halves of the batch as two dropout "
+            "passes of the same examples, so `y_pred` must have an even batch "
+            "size: feed the repeated batches of "
+            "`keras_attn.text.repeat_batches(dataset)`. Received: "
+            f"y_pred with batch size {batch_size}"
+        )
+
+
 @keras.saving.register_keras_serializable(package="keras_attn")
 class RDropLoss(MaskedSparseCategoricalCrossentropy):
     """Masked, label-smoothed cross-entropy plus R-Drop's consistency term.
@@ -46,6 +64,11 @@ class RDropLoss(MaskedSparseCategoricalCrossentropy):
     `alpha=0` it equals `MaskedSparseCategoricalCrossentropy` on the first
     half. On batches without dropout (validation, when the repeated batches
     are fed there too) the two halves agree and the KL term is 0.
+
+    With `alpha > 0` an odd batch size raises a `ValueError` while the
+    step is traced (JAX and torch always know it; TensorFlow when the
+    dataset's batch size is static). Labels are checked as in
+    `MaskedSparseCategoricalCrossentropy`.
 
     Args:
         alpha: float `>= 0`, the weight of the KL term (the paper's `alpha`;
@@ -94,6 +117,7 @@ class RDropLoss(MaskedSparseCategoricalCrossentropy):
     def call(self, y_true, y_pred):
         losses, valid = self._token_losses(y_true, y_pred)  # (2 * batch, seq)
         if self.alpha:
+            _check_even_batch(y_pred.shape[0])
             first, second = keras.ops.split(
                 y_pred, 2, axis=0
             )  # 2 x (batch, seq, vocab)

@@ -1,5 +1,6 @@
 """Label-smoothed softmax cross-entropy from logits, with a fused gradient."""
 
+import keras
 from keras import ops
 
 
@@ -28,8 +29,19 @@ def _logits_gradient(logits, log_normalizer, labels, eps, upstream):
     # (batch, length, vocabulary)
     is_label = ops.arange(vocabulary_size, dtype="int32") == labels[..., None]
     uniform = eps / vocabulary_size
-    target = ops.where(is_label, 1.0 - eps + uniform, uniform)
+    # The constants in the logits' dtype: Python floats become
+    # `keras.config.floatx()` tensors, and float64 against float32 logits
+    # fails TensorFlow's `Sub`.
+    target = ops.where(
+        is_label,
+        ops.convert_to_tensor(1.0 - eps + uniform, logits.dtype),
+        ops.convert_to_tensor(uniform, logits.dtype),
+    )
     softmax = ops.exp(logits - log_normalizer)
+    if keras.backend.standardize_dtype(upstream.dtype) != (
+        keras.backend.standardize_dtype(logits.dtype)
+    ):
+        upstream = ops.cast(upstream, logits.dtype)
     return (softmax - target) * upstream[..., None]
 
 

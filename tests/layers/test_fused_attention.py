@@ -20,6 +20,7 @@ from keras_attn.layers.fused_attention import (
     choose_attention_kernel,
     device_platform,
     fused_dot_product_attention,
+    fused_path_runs,
 )
 
 BF16 = "bfloat16"
@@ -31,7 +32,9 @@ BF16 = "bfloat16"
         # cuDNN takes half precision with aligned head sizes, masked or not.
         ((2, 64, 8, 64), (2, 64, 8, 64), BF16, False, "jax", "gpu", "cudnn"),
         ((2, 64, 8, 64), (2, 32, 8, 64), BF16, True, "jax", "gpu", "cudnn"),
-        ((2, 64, 8, 64), (2, 64, 8, 64), "float16", True, "jax", "gpu", "cudnn"),
+        ((2, 64, 8, 64), (2, 64, 8, 64), "float16", False, "jax", "gpu", "cudnn"),
+        # A float16 mask bias (-45,000) is overcome by large scores: XLA.
+        ((2, 64, 8, 64), (2, 64, 8, 64), "float16", True, "jax", "gpu", "xla"),
         # float32: no flash kernel at all.
         ((2, 64, 8, 64), (2, 64, 8, 64), "float32", False, "jax", "gpu", "xla"),
         # Head sizes cuDNN does not take.
@@ -161,3 +164,19 @@ def test_the_log_check_can_fail(caplog, monkeypatch):
     query = np.ones((1, 2, 1, 8), "float32")
     ops.dot_product_attention(query, query, query)
     assert _error_records(caplog)
+
+
+@pytest.mark.parametrize(
+    "dtype, backend, platform, expected",
+    [
+        ("float32", "tensorflow", "gpu", True),
+        ("bfloat16", "tensorflow", "gpu", True),
+        # TensorFlow's kernel computes a float16 Q K^T, which overflows.
+        ("float16", "tensorflow", "gpu", False),
+        ("float16", "torch", "unknown", True),
+        ("float16", "jax", "gpu", True),
+        ("float16", "jax", "cpu", False),
+    ],
+)
+def test_fused_path_runs(dtype, backend, platform, expected):
+    assert fused_path_runs(dtype, backend=backend, platform=platform) is expected
