@@ -1,8 +1,12 @@
 """Beam search with the paper's length penalty and a key/value cache."""
 
-from keras_attn.generation.samplers import BeamSampler, length_penalty
+from keras_attn.generation.samplers import (
+    BeamSampler,
+    check_length_penalty_alpha,
+    length_penalty,
+)
 from keras_attn.generation.seq2seq import generate_seq2seq
-from keras_attn.validation import check_float, check_positive_int
+from keras_attn.validation import check_positive_int
 
 __all__ = ["beam_search", "check_beam_search_args", "length_penalty"]
 
@@ -10,7 +14,7 @@ __all__ = ["beam_search", "check_beam_search_args", "length_penalty"]
 def check_beam_search_args(beam_size, length_penalty_alpha):
     """Checks the beam options by their names."""
     check_positive_int(beam_size, "beam_size")
-    check_float(length_penalty_alpha, "length_penalty_alpha", min_value=0.0)
+    check_length_penalty_alpha(length_penalty_alpha)
 
 
 def beam_search(
@@ -44,7 +48,7 @@ def beam_search(
         start_id: int, the start id.
         end_id: int, the end id.
         beam_size: int, the number of hypotheses kept. Defaults to `4`.
-        length_penalty_alpha: float >= 0, `alpha`. Defaults to `0.6`.
+        length_penalty_alpha: float in `[0, 10]`, `alpha`. Defaults to `0.6`.
         max_length: int. Defaults to `None`, meaning `source_length + 50`.
 
     Returns:

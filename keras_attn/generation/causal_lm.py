@@ -6,8 +6,11 @@ from keras import ops
 
 from keras_attn.generation import samplers as samplers_lib
 from keras_attn.generation.decoding_inputs import (
+    check_distinct_ids,
+    check_max_length_for,
     check_token_batch,
     empty_result,
+    max_length_limit,
 )
 from keras_attn.generation.decoding_loop import (
     decode,
@@ -16,7 +19,7 @@ from keras_attn.generation.decoding_loop import (
 from keras_attn.generation.samplers import from_strategy
 from keras_attn.generation.sampling import check_sampling_args
 from keras_attn.generation.seq2seq import decoding_result
-from keras_attn.validation import check_bool, check_choice, check_int, check_token_id
+from keras_attn.validation import check_bool, check_choice, check_token_id
 
 LM_STRATEGIES = ("greedy", "sample")
 # `generate_lm`'s sampler options and their defaults: with `sampler=`, these
@@ -47,8 +50,13 @@ def _resolve_sampler(sampler, options):
     return sampler
 
 
-def _check_prompt(model, prompt_tokens, max_length, end_id):
-    """Checks `generate_lm`'s arguments; returns `(prompts, max_length, end_id)`."""
+def check_prompt(model, prompt_tokens, max_length):
+    """The prompts as int32 after checking them against the model and `max_length`.
+
+    Each prompt must fit the model (learned positions, or the sequence
+    length it is configured for) and leave `max_length`, the total length,
+    at least its own width.
+    """
     prompt_tokens = check_token_batch(
         prompt_tokens, "prompt_tokens", model.vocabulary_size
     )
@@ -59,12 +67,29 @@ def _check_prompt(model, prompt_tokens, max_length, end_id):
             f"known prompt_length > 0. Received: prompt_tokens.shape="
             f"{tuple(prompt_tokens.shape)}"
         )
-    limit = model.max_sequence_length if model.position == "learned" else None
-    max_length = check_int(
-        max_length, "max_length", min_value=prompt_length, max_value=limit
-    )
+    limit, reason = max_length_limit(model)
+    if prompt_length > limit:
+        raise ValueError(
+            "`prompt_tokens` is longer than the model's max length, "
+            f"{reason}. Received: prompt_tokens.shape="
+            f"{tuple(prompt_tokens.shape)}"
+        )
+    max_length = check_max_length_for(model, max_length)
+    if max_length < prompt_length:
+        raise ValueError(
+            "`max_length`, the total length of the returned sequences, must "
+            f"be at least the prompt length {prompt_length}. Received: "
+            f"max_length={max_length}"
+        )
+    return prompt_tokens
+
+
+def _check_prompt(model, prompt_tokens, max_length, end_id):
+    """Checks `generate_lm`'s arguments; returns `(prompts, max_length, end_id)`."""
+    prompt_tokens = check_prompt(model, prompt_tokens, max_length)
     end_id = check_token_id(end_id, "end_id", model.vocabulary_size, allow_none=True)
-    return prompt_tokens, max_length, end_id
+    check_distinct_ids(None, end_id, model.pad_id)
+    return prompt_tokens, int(max_length), end_id
 
 
 def _prompt_block(prompt_tokens, max_length, pad_id):
@@ -162,7 +187,7 @@ def generate_lm(
             `None` (all). Sampling only.
         top_p: float in `(0, 1]`, nucleus sampling. Defaults to `None`
             (all). Sampling only.
-        temperature: float > 0. Defaults to `1.0`. Sampling only.
+        temperature: float >= `1e-6`. Defaults to `1.0`. Sampling only.
         seed: int or `keras.random.SeedGenerator`. Defaults to `None`.
         end_id: int, the id that ends a sequence. Defaults to `None` (run to
             `max_length`).

@@ -16,15 +16,84 @@ from keras_attn.validation import check_positive_int, check_token_id
 MAX_LENGTH_OFFSET = 50
 
 
-def check_special_token_ids(start_id, end_id, vocabulary_size):
-    """Checks the start and end ids a decoder is given, by their names."""
+def check_special_token_ids(start_id, end_id, vocabulary_size, pad_id=None):
+    """Checks the start and end ids a decoder is given, by their names.
+
+    Each must be an id of the vocabulary, and they must differ from each
+    other and from the model's `pad_id` (`check_distinct_ids`).
+    """
     check_token_id(start_id, "start_id", vocabulary_size)
     check_token_id(end_id, "end_id", vocabulary_size)
+    check_distinct_ids(start_id, end_id, pad_id)
+
+
+def check_distinct_ids(start_id, end_id, pad_id):
+    """Refuses special ids that are equal, naming both.
+
+    With `start_id == end_id` or `end_id == pad_id` a hypothesis can never
+    end (the start token and padding are never generated), and with
+    `start_id == pad_id` the decoder would read its start token as padding.
+    `None` (no start id: a decoder-only model; no end id; no pad id) is
+    not compared.
+    """
+    if start_id is not None and start_id == end_id:
+        raise ValueError(
+            "`start_id` and `end_id` must differ: the start id is never "
+            "generated, so no sentence could end. Received: "
+            f"start_id={start_id}, end_id={end_id}"
+        )
+    if pad_id is None:
+        return
+    if end_id is not None and end_id == pad_id:
+        raise ValueError(
+            "`end_id` must differ from the model's `pad_id`: padding is never "
+            "generated, so no sentence could end. Received: "
+            f"end_id={end_id}, pad_id={pad_id}"
+        )
+    if start_id is not None and start_id == pad_id:
+        raise ValueError(
+            "`start_id` must differ from the model's `pad_id`: the decoder "
+            "would read its start token as padding. Received: "
+            f"start_id={start_id}, pad_id={pad_id}"
+        )
 
 
 def check_max_length(max_length):
     """`max_length` as an `int` if it is a positive integer."""
     return check_positive_int(max_length, "max_length")
+
+
+def max_length_limit(model):
+    """The longest `max_length` the model supports, and why, as `(limit, reason)`.
+
+    Learned positions end at `max_sequence_length`. Sinusoids have no end,
+    but `max_sequence_length` is the longest sequence the model is
+    configured for (its decoding caches): a decoder-only model generates at
+    most that many positions, an encoder-decoder at most the longest source
+    plus 50 (section 6.1 of the paper). Without a bound, a mistyped
+    `max_length=10000` decodes for minutes before anything is returned.
+    """
+    limit = int(model.max_sequence_length)
+    if model.position == "learned":
+        return limit, f"max_sequence_length={limit}, the number of learned positions"
+    if not hasattr(model, "encode"):
+        return limit, f"max_sequence_length={limit}, the model's longest sequence"
+    return limit + MAX_LENGTH_OFFSET, (
+        f"max_sequence_length + {MAX_LENGTH_OFFSET}={limit + MAX_LENGTH_OFFSET}, "
+        "the model's longest source plus 50"
+    )
+
+
+def check_max_length_for(model, max_length):
+    """`max_length` as an `int`, refused above what `model` supports."""
+    max_length = check_max_length(max_length)
+    limit, reason = max_length_limit(model)
+    if max_length > limit:
+        raise ValueError(
+            f"`max_length` must be at most the model's limit, {reason}. "
+            f"Received: max_length={max_length}"
+        )
+    return max_length
 
 
 def _eager_values(tokens):
@@ -111,32 +180,44 @@ def empty_result(sampler, max_length):
 
 
 def resolve_max_length(model, encoder_tokens, max_length):
-    """`max_length` if given, else source length + 50 (the paper's rule)."""
+    """`max_length` if given, else source length + 50 (the paper's rule).
+
+    A given `max_length` above the model's limit (`max_length_limit`) is
+    refused; the default is cut to that limit.
+    """
+    limit, _ = max_length_limit(model)
     if max_length is None:
         source_length = encoder_tokens.shape[1]
         if source_length is None:
             # Only in a TensorFlow graph whose input shapes were relaxed
             # (`tf.function` retracing): the bound is a tensor there.
             max_length = ops.shape(encoder_tokens)[1] + MAX_LENGTH_OFFSET
-            if model.position == "learned":
-                max_length = ops.minimum(max_length, model.max_sequence_length)
-            return max_length
-        max_length = source_length + MAX_LENGTH_OFFSET
-    max_length = check_max_length(max_length)
-    if model.position == "learned":
-        max_length = min(max_length, model.max_sequence_length)
-    return max_length
+            return ops.minimum(max_length, limit)
+        return min(source_length + MAX_LENGTH_OFFSET, limit)
+    return check_max_length_for(model, max_length)
 
 
 def check_source(model, encoder_tokens):
-    """The source ids, checked (`check_token_batch`) and at least one long."""
+    """The source ids, checked (`check_token_batch`), at least one long and,
+    with learned positions, at most `max_sequence_length` long."""
     encoder_tokens = check_token_batch(
         encoder_tokens, "encoder_tokens", model.vocabulary_size
     )
-    if encoder_tokens.shape[1] == 0:
+    source_length = encoder_tokens.shape[1]
+    if source_length == 0:
         raise ValueError(
             "`encoder_tokens` must have at least one position (a source "
             "sentence holds at least its end id). Received: "
+            f"encoder_tokens.shape={tuple(encoder_tokens.shape)}"
+        )
+    if (
+        model.position == "learned"
+        and isinstance(source_length, int)
+        and source_length > model.max_sequence_length
+    ):
+        raise ValueError(
+            "`encoder_tokens` is longer than the model's max_sequence_length="
+            f"{model.max_sequence_length} learned positions. Received: "
             f"encoder_tokens.shape={tuple(encoder_tokens.shape)}"
         )
     return encoder_tokens

@@ -29,17 +29,20 @@ _COPY = -1.0e9
 MASKED = -1.0e18
 
 
-def suppress_ids(logits, token_ids):
-    """Sets the logits of `token_ids` (padding, start) to a large negative value.
+def suppress_ids(logits, token_ids, value=-1.0e9):
+    """Sets the logits of `token_ids` (padding, start) to `value`.
 
     A decoder must never emit the padding or start token; without this an
     undertrained model can, and detokenization would silently drop it.
+    The loop scores hypotheses with the finite default (sums stay NaN-free)
+    and hands the sampler `-inf`, which no temperature brings back: a finite
+    value divided by a temperature of 1e9 is -1, as likely as any token.
     """
-    vocabulary = ops.arange(ops.shape(logits)[-1])
+    vocabulary = ops.arange(ops.shape(logits)[-1], dtype="int32")
     banned = ops.zeros_like(vocabulary, dtype="bool")
     for token_id in token_ids:
         banned = ops.logical_or(banned, ops.equal(vocabulary, token_id))
-    return ops.where(banned, -1.0e9, logits)
+    return ops.where(banned, value, logits)
 
 
 def cached_step(model):
@@ -141,7 +144,7 @@ def initial_state(tokens, beams, first_index, cache):
     batch_size = ops.shape(tokens)[0]
     # (batch, beams, total_length)
     tokens = ops.repeat(ops.expand_dims(tokens, 1), beams, axis=1)
-    first_beam = ops.convert_to_tensor([0.0] + [_COPY] * (beams - 1))
+    first_beam = ops.convert_to_tensor([0.0] + [_COPY] * (beams - 1), "float32")
     return DecodeState(
         index=ops.cast(first_index, "int32"),
         tokens=tokens,
@@ -156,17 +159,20 @@ def step_log_probs(step, state, suppressed_ids):
     """Runs the model one position; returns `(logits, log_probs, cache)`.
 
     Logits and log-probabilities are float32 `(batch, beams, vocabulary)`,
-    with `suppressed_ids` suppressed.
+    with `suppressed_ids` suppressed: at `-inf` in the logits (the
+    sampler's input, divided by any temperature), at a finite `-1e9` before
+    the log-softmax (the scores).
     """
     batch_size, beams, total_length = ops.shape(state.tokens)
     # (batch * beams, total_length)
     flat_tokens = ops.reshape(state.tokens, (batch_size * beams, total_length))
     logits, cache = step(flat_tokens, state.index, state.cache)
-    logits = suppress_ids(ops.cast(logits, "float32"), suppressed_ids)
+    logits = ops.cast(logits, "float32")
     vocabulary_size = ops.shape(logits)[-1]
     # (batch * beams, vocabulary) -> (batch, beams, vocabulary)
     logits = ops.reshape(logits, (batch_size, beams, vocabulary_size))
-    return logits, ops.log_softmax(logits, axis=-1), cache
+    log_probs = ops.log_softmax(suppress_ids(logits, suppressed_ids), axis=-1)
+    return suppress_ids(logits, suppressed_ids, -float("inf")), log_probs, cache
 
 
 def candidates(state, log_probs, given, pad_id):
@@ -175,14 +181,18 @@ def candidates(state, log_probs, given, pad_id):
     A hypothesis whose next token is given (a prompt), or that has ended
     (then padding follows), has exactly one continuation, at no cost.
     """
-    vocabulary = ops.arange(ops.shape(log_probs)[-1])
+    vocabulary = ops.arange(ops.shape(log_probs)[-1], dtype="int32")
     next_position = state.index + 1
     next_given = ops.take(given, next_position, axis=1)  # (batch,)
     given_ids = ops.take(state.tokens[:, 0, :], next_position, axis=1)  # (batch,)
+    # In the log-probabilities' dtype: a Python float would take floatx
+    # (float64 under `set_floatx("float64")`, which TensorFlow won't add).
+    zero = ops.zeros((), log_probs.dtype)
+    masked = ops.full((), MASKED, log_probs.dtype)
     only_given = ops.where(
-        ops.equal(vocabulary[None, :], given_ids[:, None]), 0.0, MASKED
+        ops.equal(vocabulary[None, :], given_ids[:, None]), zero, masked
     )  # (batch, vocabulary)
-    only_padding = ops.where(ops.equal(vocabulary, pad_id), 0.0, MASKED)
+    only_padding = ops.where(ops.equal(vocabulary, pad_id), zero, masked)
     log_probs = ops.where(next_given[:, None, None], only_given[:, None, :], log_probs)
     log_probs = ops.where(state.ended[:, :, None], only_padding, log_probs)
     generating = ops.logical_and(
@@ -224,7 +234,7 @@ def advance(state, candidates, parents, ids, cache, end_id, pad_id, reorder):
     if beams > 1:
         tokens = gather_beams(tokens, parents)
         if reorder is not None:
-            sentence_offsets = ops.arange(batch_size)[:, None] * beams  # (batch, 1)
+            sentence_offsets = ops.arange(batch_size, dtype="int32")[:, None] * beams  # (batch, 1)
             cache = reorder(cache, ops.reshape(sentence_offsets + parents, (-1,)))
     tokens = ops.slice_update(tokens, (0, 0, state.index + 1), ids[:, :, None])
     return DecodeState(

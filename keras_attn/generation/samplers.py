@@ -14,15 +14,37 @@ from keras_attn.generation.decoding_loop import top_k_rows
 from keras_attn.validation import (
     check_bool,
     check_float,
-    check_positive_float,
     check_positive_int,
     check_seed,
     is_integer,
 )
 
+# The smallest temperature: below it float32 `logits / temperature`
+# overflows for large logits (softmax then gives NaN), and sampling is
+# already greedy decoding.
+MIN_TEMPERATURE = 1e-6
+# The largest GNMT `alpha`: `((5 + length) / 6) ** alpha` then stays finite
+# in float32 for any length up to about 40,000 (`max_length` is bounded far
+# below), so length-normalised scores stay ordered instead of all rounding
+# to -0.0. Wu et al. tune alpha in [0, 1].
+MAX_LENGTH_PENALTY_ALPHA = 10.0
+
+
+def check_temperature(temperature, name="temperature"):
+    """`temperature` as a float in `[MIN_TEMPERATURE, inf)`."""
+    return check_float(temperature, name, min_value=MIN_TEMPERATURE)
+
+
+def check_length_penalty_alpha(alpha, name="length_penalty_alpha"):
+    """`alpha` as a float in `[0, MAX_LENGTH_PENALTY_ALPHA]`."""
+    return check_float(alpha, name, min_value=0.0, max_value=MAX_LENGTH_PENALTY_ALPHA)
+
 
 def filter_logits(logits, top_k=None, top_p=None, temperature=1.0):
     """Divides by `temperature` and keeps the top-k / top-p candidates.
+
+    Ids already at `-inf` (the decoding loop suppresses padding and start
+    that way) stay at `-inf` for any temperature.
 
     Args:
         logits: float tensor `(batch, vocabulary)`.
@@ -31,7 +53,7 @@ def filter_logits(logits, top_k=None, top_p=None, temperature=1.0):
         top_p: float in `(0, 1]`, keep the smallest set of most likely ids
             whose probability reaches `top_p` (Holtzman et al., 2020).
             Defaults to `None` (all).
-        temperature: float > 0. Defaults to `1.0`.
+        temperature: float >= `1e-6`. Defaults to `1.0`.
 
     Returns:
         Logits of the same shape with discarded ids at `-inf`.
@@ -103,8 +125,9 @@ class Sampler:
     hypotheses kept per sequence) and implement `select`.
 
     Args:
-        temperature: float > 0, the logits are divided by it before a
-            random choice. Defaults to `1.0`.
+        temperature: float >= `1e-6`, the logits are divided by it before a
+            random choice (smaller values would overflow float32 logits,
+            and sample as greedy decoding does). Defaults to `1.0`.
     """
 
     temperature: float = dataclasses.field(default=1.0, kw_only=True)
@@ -113,7 +136,7 @@ class Sampler:
     is_random = False
 
     def __post_init__(self):
-        _set_checked(self, "temperature", check_positive_float)
+        _set_checked(self, "temperature", check_temperature)
 
     def random_draws(self, num_steps, batch_size):
         """The uniform numbers the sampler uses, `(num_steps, batch)`, or `None`.
@@ -128,7 +151,8 @@ class Sampler:
 
         Args:
             logits: float32 `(batch, beams, vocabulary)`, the model's logits
-                (padding and start suppressed).
+                (padding and start at `-inf`, so that no temperature can
+                bring them back).
             candidate_log_probs: float32 `(batch, beams, vocabulary)`, the
                 log-probability of each hypothesis extended by each token
                 (`decoding_loop.MASKED` where a token can not follow: after the end, or
@@ -186,7 +210,9 @@ class BeamSampler(Sampler):
 
     Args:
         num_beams: int, hypotheses kept per sequence. Defaults to `4`.
-        length_penalty_alpha: float >= 0, `alpha`. Defaults to `0.6`.
+        length_penalty_alpha: float in `[0, 10]`, `alpha` (larger values
+            overflow the penalty in float32 and every score would round to
+            `-0.0`). Defaults to `0.6`.
         return_all_beams: bool, whether `generate` returns every beam.
             Defaults to `False`.
 
@@ -206,7 +232,7 @@ class BeamSampler(Sampler):
     def __post_init__(self):
         super().__post_init__()
         _set_checked(self, "num_beams", check_positive_int)
-        _set_checked(self, "length_penalty_alpha", check_float, min_value=0.0)
+        _set_checked(self, "length_penalty_alpha", check_length_penalty_alpha)
         _set_checked(self, "return_all_beams", check_bool)
 
     def select(self, logits, candidate_log_probs, candidate_lengths, draw):
@@ -231,7 +257,7 @@ class RandomSampler(Sampler):
     """Samples the next token from the whole (tempered) distribution.
 
     Args:
-        temperature: float > 0. Defaults to `1.0`.
+        temperature: float >= `1e-6`. Defaults to `1.0`.
         seed: int or `keras.random.SeedGenerator`. Defaults to `None`.
 
     Example:
@@ -276,7 +302,7 @@ class TopKSampler(RandomSampler):
 
     Args:
         k: int > 0. Defaults to `5`.
-        temperature: float > 0. Defaults to `1.0`.
+        temperature: float >= `1e-6`. Defaults to `1.0`.
         seed: int or `keras.random.SeedGenerator`. Defaults to `None`.
 
     Example:
@@ -302,7 +328,7 @@ class TopPSampler(RandomSampler):
         p: float in `(0, 1]`. Defaults to `0.9`.
         k: int, first keep only the `k` most likely tokens. Defaults to
             `None` (all).
-        temperature: float > 0. Defaults to `1.0`.
+        temperature: float >= `1e-6`. Defaults to `1.0`.
         seed: int or `keras.random.SeedGenerator`. Defaults to `None`.
 
     Example:

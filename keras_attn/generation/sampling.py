@@ -1,12 +1,13 @@
 """Top-k / top-p (nucleus) sampling with a key/value cache."""
 
 from keras_attn.generation.samplers import (
+    check_temperature,
     filter_logits,
     from_strategy,
     sample_from_logits,
 )
 from keras_attn.generation.seq2seq import generate_seq2seq
-from keras_attn.validation import check_float, check_positive_float, check_positive_int
+from keras_attn.validation import check_float, check_positive_int
 
 __all__ = ["check_sampling_args", "filter_logits", "sample", "sample_from_logits"]
 
@@ -15,7 +16,7 @@ def check_sampling_args(top_k, top_p, temperature):
     """Checks the sampling options by their names (`top_k` may be `None`)."""
     check_positive_int(top_k, "top_k", allow_none=True)
     check_float(top_p, "top_p", 0.0, 1.0, include_min=False, allow_none=True)
-    check_positive_float(temperature, "temperature")
+    check_temperature(temperature)
 
 
 def sample(
@@ -44,7 +45,7 @@ def sample(
         end_id: int, the end id.
         top_k: int. Defaults to `None` (no top-k filtering).
         top_p: float in `(0, 1]`. Defaults to `None` (no nucleus filtering).
-        temperature: float > 0. Defaults to `1.0`.
+        temperature: float >= `1e-6`. Defaults to `1.0`.
         seed: int or `keras.random.SeedGenerator`. Defaults to `None`.
         max_length: int. Defaults to `None`, meaning `source_length + 50`.
         use_cache: bool. Defaults to `True`.

@@ -104,7 +104,7 @@ def generate_seq2seq(
     (2, 3, 56)
     """
     sampler = samplers_lib.get(sampler)
-    check_special_token_ids(start_id, end_id, model.vocabulary_size)
+    check_special_token_ids(start_id, end_id, model.vocabulary_size, model.pad_id)
     use_cache = check_bool(use_cache, "use_cache")
     encoder_tokens = check_source(model, encoder_tokens)
     max_length = resolve_max_length(model, encoder_tokens, max_length)

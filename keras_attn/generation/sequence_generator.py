@@ -3,15 +3,17 @@
 import inspect
 
 import keras
+from keras import ops
 
 from keras_attn.generation import samplers as samplers_lib
 from keras_attn.generation.beam_search import beam_search, check_beam_search_args
-from keras_attn.generation.causal_lm import generate_lm
+from keras_attn.generation.causal_lm import check_prompt, generate_lm
 from keras_attn.generation.decoding_inputs import (
+    check_distinct_ids,
     check_max_length,
+    check_max_length_for,
     check_source,
     check_special_token_ids,
-    check_token_batch,
     empty_result,
     resolve_max_length,
 )
@@ -60,8 +62,12 @@ def _check_options(strategy, options):
         )
 
 
-def _check_sampler_options(is_lm, options):
-    """The options left once the sampler is set: `max_length`, `use_cache`."""
+def _check_sampler_options(model, is_lm, options):
+    """The options left once the sampler is set: `max_length`, `use_cache`.
+
+    `max_length` is bounded by what the model supports
+    (`decoding_inputs.max_length_limit`).
+    """
     accepted = ("max_length", "use_cache")
     unknown = sorted(set(options) - set(accepted))
     if unknown:
@@ -75,9 +81,28 @@ def _check_sampler_options(is_lm, options):
             "of the returned sequences. Received: max_length=None"
         )
     if options.get("max_length") is not None:
-        check_max_length(options["max_length"])
+        check_max_length_for(model, options["max_length"])
     if "use_cache" in options:
         check_bool(options["use_cache"], "use_cache")
+
+
+def _first_replica(result, generator, batch_size):
+    """`result` cut to `batch_size` rows when a strategy copied the batch.
+
+    Under a `tf.distribute` strategy (a generator built in its scope),
+    Keras's TensorFlow `predict_on_batch` hands every replica the whole
+    batch and concatenates their outputs: `(replicas * batch, ...)`. Each
+    replica decodes the same rows with the same weights and seed state, so
+    the first replica's rows are the result (and equal a single device's).
+    """
+    strategy = getattr(generator, "distribute_strategy", None)  # TF only
+    replicas = getattr(strategy, "num_replicas_in_sync", 1)
+    if replicas == 1:
+        return result
+    return {
+        name: value[:batch_size] if len(value) == replicas * batch_size else value
+        for name, value in result.items()
+    }
 
 
 class SequenceGenerator(keras.Model):
@@ -147,13 +172,16 @@ class SequenceGenerator(keras.Model):
                 f"Received: strategy={strategy!r}, sampler={sampler!r}"
             )
         sampler = samplers_lib.get(sampler)
-        _check_sampler_options(self.is_lm, options)
+        _check_sampler_options(model, self.is_lm, options)
         super().__init__(name=f"{type(sampler).__name__.lower()}_generator")
         self.model = model
         if self.is_lm:
             check_token_id(end_id, "end_id", model.vocabulary_size)
+            check_distinct_ids(None, end_id, model.pad_id)
         else:
-            check_special_token_ids(start_id, end_id, model.vocabulary_size)
+            check_special_token_ids(
+                start_id, end_id, model.vocabulary_size, model.pad_id
+            )
         self.start_id = start_id
         self.end_id = end_id
         if sampler.is_random:
@@ -200,14 +228,22 @@ class SequenceGenerator(keras.Model):
         empty batch gives empty arrays without running the model.
         """
         if self.is_lm:
-            tokens = check_token_batch(
-                tokens, "prompt_tokens", self.model.vocabulary_size
+            tokens = check_prompt(self.model, tokens, self.decode_options["max_length"])
+            # Every prompt block padded to `max_length` columns (the prompts
+            # and their continuation share one buffer, so the tokens are the
+            # same): one compiled function for every prompt width. Without
+            # it TensorFlow retraces a second width with the length relaxed
+            # to `None`, which the prompt block cannot be built from.
+            width = self.decode_options["max_length"] - tokens.shape[1]
+            tokens = ops.pad(
+                tokens, ((0, 0), (0, width)), constant_values=self.model.pad_id
             )
         else:
             tokens = check_source(self.model, tokens)
-        if tokens.shape[0] == 0:
+        batch_size = tokens.shape[0]
+        if batch_size == 0:
             return self._empty_result(tokens)
-        return self.predict_on_batch(tokens)
+        return _first_replica(self.predict_on_batch(tokens), self, batch_size)
 
     def _empty_result(self, tokens):
         """`generate`'s result for an empty batch, as NumPy arrays."""

@@ -1,6 +1,47 @@
 """What the text tasks (`Translator`, `TextGenerator`, `TextClassifier`) share."""
 
+import collections.abc
+
+import numpy as np
+
 from keras_attn.text.tokenizer import SubwordTokenizer
+from keras_attn.validation import check_string_list
+
+
+def check_texts(value, name):
+    """`value` as a list of `str` that UTF-8 can encode.
+
+    A list, tuple or 1-D NumPy array of strings is accepted. Refused with
+    `TypeError`: a single string, a 0-d NumPy string array (one string, as
+    `np.array("A dog")`; wrap it in a list), a mapping (iterating a dict
+    would read its keys as the texts), anything else `check_string_list`
+    refuses. Refused with `ValueError`: a string holding a lone surrogate
+    (`"\ud800"`, from a bad decode), which no tokenizer can read; the
+    message names its index.
+    """
+    if isinstance(value, collections.abc.Mapping):
+        raise TypeError(
+            f"`{name}` must be a list of strings, not a mapping (its keys "
+            f"would be read as the texts). Received: {name} of type "
+            f"{type(value).__name__}"
+        )
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        raise TypeError(
+            f"`{name}` must be a list of strings (a 1-D array). Received: "
+            f"{name} with shape {value.shape}"
+            + (" (a single string; wrap it in a list)" if value.ndim == 0 else "")
+        )
+    texts = check_string_list(value, name)
+    for index, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(
+                f"`{name}[{index}]` is not valid Unicode text: it holds a lone "
+                f"surrogate {text[error.start]!r} at character {error.start}. "
+                f"Received: {name}[{index}]={text!r:.100}"
+            ) from None
+    return [str(text) for text in texts]
 
 
 def check_tokenizer_matches(tokenizer, model):

@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.text.task_checks import (
+    check_texts,
     check_tokenizer_matches,
     load_preset,
 )
@@ -73,7 +74,7 @@ class TextClassifier:
             A `TextClassifier`.
         """
         from keras_attn.models import TransformerEncoderClassifier
-        from keras_attn.models.preset_io import METADATA_FILE, read_preset_file
+        from keras_attn.models.preset_files import METADATA_FILE, read_preset_file
 
         directory, model, tokenizer = load_preset(
             preset, TransformerEncoderClassifier, dtype
@@ -85,7 +86,7 @@ class TextClassifier:
 
     def encode(self, texts):
         """int32 `(len(texts), sequence_length)`: `[start] + pieces`, padded."""
-        texts = check_string_list(texts, "texts")
+        texts = check_texts(texts, "texts")
         ids = np.full(
             (len(texts), self.sequence_length), self.tokenizer.pad_id, "int32"
         )

@@ -7,10 +7,11 @@ import tensorflow as tf
 
 from keras_attn.generation import SequenceGenerator, samplers
 from keras_attn.text.task_checks import (
+    check_texts,
     check_tokenizer_matches,
     load_preset,
 )
-from keras_attn.validation import check_int, check_positive_int, check_string_list
+from keras_attn.validation import check_int, check_positive_int
 
 
 class TextGenerator:
@@ -106,7 +107,7 @@ class TextGenerator:
 
     def generate_ids(self, prompts, max_length=None, sampler=None):
         """Continues `prompts`; returns `(token_ids, scores)` per prompt."""
-        prompts = check_string_list(prompts, "prompts")
+        prompts = check_texts(prompts, "prompts")
         max_length = (
             self.max_length
             if max_length is None
@@ -147,7 +148,9 @@ class TextGenerator:
         """Continues a list of strings; returns a list of strings.
 
         Args:
-            prompts: a list of strings (an empty string starts from nothing).
+            prompts: a list of strings (an empty string starts from
+                nothing); a single string, a dict or a string with a lone
+                surrogate is refused.
             max_length: int, the most pieces per sequence. Defaults to
                 `None`, meaning the generator's.
             sampler: a sampler or its name for this call. Defaults to

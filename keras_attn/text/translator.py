@@ -8,19 +8,21 @@ import tensorflow as tf
 
 from keras_attn.generation import SequenceGenerator
 from keras_attn.text.task_checks import (
+    check_texts,
     check_tokenizer_matches,
     load_preset,
 )
-from keras_attn.validation import check_int, check_positive_int, check_string_list
+from keras_attn.validation import check_int, check_positive_int
 
 
-def _bucket_length(length, multiple):
-    return max(multiple, int(math.ceil(length / multiple)) * multiple)
+def _bucket_length(length, multiple, limit):
+    """`length` rounded up to a multiple of `multiple`, at most `limit`."""
+    return min(limit, max(multiple, int(math.ceil(length / multiple)) * multiple))
 
 
 def _with_preset_beam_options(directory, options, beam_size, length_penalty_alpha):
     """`options` with the beam settings given, else the preset's, if any."""
-    from keras_attn.models.preset_io import METADATA_FILE, read_preset_file
+    from keras_attn.models.preset_files import METADATA_FILE, read_preset_file
 
     saved = read_preset_file(directory, METADATA_FILE).get("decoding", {})
     options = dict(options)
@@ -43,7 +45,9 @@ class Translator:
 
     Empty strings translate to empty strings. A sentence longer than
     `max_source_length` tokens (end id included) is truncated to that
-    length with a warning that says how many were.
+    length with a warning that says how many were. The sentences must be a
+    list (or 1-D array) of `str`: a single string, a dict, or a string
+    with a lone surrogate is refused (`TypeError`, `ValueError`).
 
     Args:
         model: a trained `keras_attn.models.Transformer`.
@@ -51,8 +55,9 @@ class Translator:
         strategy: `"beam"`, `"greedy"` or `"sample"`. Defaults to `None`,
             meaning `"beam"` unless `sampler` is given.
         batch_size: sentences per decoding batch. Defaults to `64`.
-        max_source_length: most source tokens. Defaults to `None`, meaning
-            the model's `max_sequence_length`.
+        max_source_length: most source tokens; at most the model's
+            `max_sequence_length` with learned positions. Defaults to
+            `None`, meaning the model's `max_sequence_length`.
         length_multiple: source lengths are padded to a multiple of this.
             Defaults to `8`.
         sampler: a `keras_attn.generation.Sampler` (`BeamSampler(5)`,
@@ -89,6 +94,16 @@ class Translator:
         self.max_source_length = check_int(
             max_source_length, "max_source_length", min_value=2
         )
+        if (
+            model.position == "learned"
+            and self.max_source_length > model.max_sequence_length
+        ):
+            # Longer sources would fail inside the position embedding.
+            raise ValueError(
+                "`max_source_length` must be at most the model's "
+                f"max_sequence_length={model.max_sequence_length} (learned "
+                f"positions). Received: max_source_length={max_source_length}"
+            )
         self.length_multiple = check_positive_int(length_multiple, "length_multiple")
         self.generator = SequenceGenerator(
             model,
@@ -184,7 +199,7 @@ class Translator:
 
     def translate_ids(self, sentences):
         """Decodes `sentences`; returns `(token_ids, scores)` per sentence."""
-        sentences = check_string_list(sentences, "sentences")
+        sentences = check_texts(sentences, "sentences")
         ids = self.encode_sources(sentences)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         outputs, scores = [None] * len(ids), [0.0] * len(ids)
@@ -197,7 +212,9 @@ class Translator:
             if not todo:
                 continue
             length = _bucket_length(
-                max(len(ids[i]) for i in todo), self.length_multiple
+                max(len(ids[i]) for i in todo),
+                self.length_multiple,
+                self.max_source_length,
             )
             source = np.zeros((len(todo), length), dtype="int32")
             for row, i in enumerate(todo):

@@ -127,3 +127,89 @@ def test_classifier_bad_input_names_the_argument(classifier_preset, tokenizer):
         TextClassifier(model, tokenizer, class_names=["a", "b"])
     with pytest.raises(ValueError, match="sequence_length=1"):
         TextClassifier(model, tokenizer, sequence_length=1)
+
+
+# === Round 3: hostile inputs, a second prompt width, long sources ===
+
+HOSTILE_TEXTS = [
+    # (value, error, what the message says)
+    ({"A dog": 1}, TypeError, "not a mapping"),
+    (np.array("A dog"), TypeError, "wrap it in a list"),
+    (np.array([["A dog"]]), TypeError, r"shape \(1, 1\)"),
+    (
+        ["fine", "bad \ud800 text"],
+        ValueError,
+        r"\[1\]` is not valid Unicode.*'\\ud800'",
+    ),
+]
+
+
+@pytest.mark.parametrize("value, error, message", HOSTILE_TEXTS)
+def test_text_tasks_refuse_dicts_scalars_and_lone_surrogates(
+    lm_preset, classifier_preset, tokenizer, value, error, message
+):
+    from keras_attn.models import Transformer
+    from keras_attn.text import Translator
+
+    _, lm = lm_preset
+    _, classifier = classifier_preset
+    translator = Translator(
+        Transformer.from_preset(
+            "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
+        ),
+        tokenizer,
+        strategy="greedy",
+        max_length=4,
+    )
+    calls = {
+        "sentences": lambda: translator.translate(value),
+        "prompts": lambda: TextGenerator(lm, tokenizer, max_length=8).generate(value),
+        "texts": lambda: TextClassifier(classifier, tokenizer).predict(value),
+    }
+    for name, call in calls.items():
+        with pytest.raises(error, match=message) as info:
+            call()
+        assert f"`{name}" in str(info.value)
+
+
+def test_a_one_dimensional_string_array_is_a_list_of_texts(lm_preset, tokenizer):
+    _, model = lm_preset
+    generator = TextGenerator(model, tokenizer, max_length=MAX_LENGTH)
+    assert generator.generate(np.array(PROMPTS)) == generator.generate(PROMPTS)
+
+
+def test_second_call_with_a_new_prompt_width_works(lm_preset, tokenizer):
+    # TensorFlow retraced the second width as `(batch, None)` and failed.
+    _, model = lm_preset
+    generator = TextGenerator(model, tokenizer, max_length=32, length_multiple=4)
+    short, long = ["A dog"], ["Two men are talking in"]
+    for prompts in (short, long, short):
+        texts = generator.generate(prompts)
+        pieces = tokenizer.tokenize(prompts).to_list()
+        ids = np.array([[tokenizer.start_id, *pieces[0]]], "int32")
+        out = generate_lm(model, ids, 32, end_id=tokenizer.end_id)
+        expected = tokenizer.detokenize(np.asarray(out["tokens"])).numpy()
+        assert texts == [text.decode("utf-8") for text in expected]
+
+
+def test_translator_sources_longer_than_learned_positions(tokenizer):
+    from keras_attn.models import Transformer
+    from keras_attn.text import Translator
+
+    keras.utils.set_random_seed(0)
+    model = Transformer.from_preset(
+        "transformer_tiny",
+        vocabulary_size=tokenizer.vocabulary_size,
+        position="learned",
+        max_sequence_length=12,
+    )
+    with pytest.raises(
+        ValueError, match="max_sequence_length=12.*max_source_length=200"
+    ):
+        Translator(model, tokenizer, max_source_length=200)
+    # The default truncates to the learned positions, with a warning, and a
+    # source whose bucket (a multiple of 8) passes them stays within them.
+    translator = Translator(model, tokenizer, strategy="greedy", max_length=4)
+    with pytest.warns(UserWarning, match="1 of 2 sentences are longer than"):
+        texts = translator.translate(["word " * 40, "A dog."])
+    assert len(texts) == 2
