@@ -5,8 +5,31 @@ import os
 
 import tensorflow as tf
 
+from keras_attn.distribution.even_batches import check_dataset_batches
 
-class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+
+class _EvenBatches:
+    """Checks that every batch of a distributed dataset splits over the replicas.
+
+    `tf.distribute` splits a batch that the replicas do not divide unevenly
+    (6 rows on 4 replicas: `[2, 2, 2, 0]`, on which Keras's first step fails
+    in `AddN`); JAX refuses such a batch. Keras's trainer passes every
+    dataset, arrays included, through `experimental_distribute_dataset`:
+    there each batch is checked (see `even_batches`).
+    """
+
+    def experimental_distribute_dataset(self, dataset, options=None):
+        dataset = check_dataset_batches(dataset, self.num_replicas_in_sync)
+        return super().experimental_distribute_dataset(dataset, options)
+
+
+class _MirroredStrategy(_EvenBatches, tf.distribute.MirroredStrategy):
+    """`tf.distribute.MirroredStrategy` that refuses uneven batches."""
+
+
+class _MultiWorkerMirroredStrategy(
+    _EvenBatches, tf.distribute.MultiWorkerMirroredStrategy
+):
     """`MultiWorkerMirroredStrategy` whose `reduce` takes what Keras 3 gives.
 
     Keras 3.15's TensorFlow trainer calls `strategy.reduce` in two ways that
@@ -49,6 +72,63 @@ def _canonical_device(name):
     return name if name.startswith("/") else "/" + name
 
 
+def _device_key(name):
+    """`("GPU", 0)` for "gpu:0", "/gpu:0", "/device:GPU:0"...; `None` if unreadable.
+
+    Only devices of this process (job "localhost", or no job) have a key:
+    `MirroredStrategy` mirrors over local devices.
+    """
+    try:
+        spec = tf.DeviceSpec.from_string(_canonical_device(name))
+    except (ValueError, TypeError):
+        return None
+    if spec.device_type is None:
+        return None
+    if spec.job not in (None, "localhost") or spec.task not in (None, 0):
+        return None
+    # "cpu" is "cpu:0", as in Keras's JAX device names.
+    return spec.device_type.upper(), int(spec.device_index or 0)
+
+
+def check_devices(devices):
+    """The logical devices `devices` names, each once; refuses the others.
+
+    A device that does not exist is refused here: `MirroredStrategy` accepts
+    "/cpu:9" and trains on what it finds, and on a host without GPUs
+    `["gpu:0", "gpu:1"]` makes `fit` wait forever.
+
+    Returns:
+        The TensorFlow names (`/job:localhost/.../device:CPU:0`) in order.
+    """
+    local = {}
+    for device in tf.config.list_logical_devices():
+        key = _device_key(device.name)
+        if key is not None:
+            local.setdefault(key, device.name)
+    existing = [f"{kind.lower()}:{index}" for kind, index in sorted(local)]
+    missing = [name for name in devices if local.get(_device_key(name)) is None]
+    if missing:
+        raise ValueError(
+            f"`devices` names devices that this process does not have: {missing}. "
+            f"The devices that exist: {existing}. Received: devices={devices!r}"
+        )
+    names = [local[_device_key(name)] for name in devices]
+    _check_no_duplicates(devices, names)
+    return names
+
+
+def _check_no_duplicates(devices, canonical):
+    seen = {}
+    for name, device in zip(devices, canonical):
+        if device in seen:
+            raise ValueError(
+                "`devices` must name each device once; "
+                f"{seen[device]!r} and {name!r} are the same device ({device}). "
+                f"Received: devices={devices!r}"
+            )
+        seen[device] = name
+
+
 def default_devices():
     """Every logical GPU, else every logical CPU (a CPU split for tests)."""
     devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices(
@@ -63,7 +143,8 @@ def make_strategy(mesh_shape, devices):
     With `TF_CONFIG` naming two tasks or more this is a
     `tf.distribute.MultiWorkerMirroredStrategy` (each worker mirrors over its
     local GPUs, or its CPU), otherwise a `tf.distribute.MirroredStrategy`
-    over `devices`.
+    over `devices`, each of which must exist (`check_devices`). Both refuse
+    a batch that does not split evenly over the replicas (`_EvenBatches`).
     """
     if _num_tf_config_tasks() > 1:
         if devices is not None:
@@ -74,10 +155,8 @@ def make_strategy(mesh_shape, devices):
             )
         strategy = _MultiWorkerMirroredStrategy()
     else:
-        devices = default_devices() if devices is None else list(devices)
-        strategy = tf.distribute.MirroredStrategy(
-            devices=[_canonical_device(d) for d in devices]
-        )
+        devices = default_devices() if devices is None else check_devices(devices)
+        strategy = _MirroredStrategy(devices=devices)
     check_mesh_shape(mesh_shape, strategy)
     return strategy
 

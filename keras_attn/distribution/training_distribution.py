@@ -77,18 +77,25 @@ class TrainingDistribution:
         else:
             yield
 
-    def check_batch_size(self, batch_size, name="batch_size"):
+    def check_batch_size(self, batch_size, name="batch_size", num_examples=None):
         """Raises `ValueError` unless every batch splits evenly over replicas.
 
         Call it before training with the global batch size (or, for a
-        pipeline with several batch shapes, all of them): JAX would otherwise
-        fail inside the first step with an XLA sharding error, and
-        TensorFlow would give replicas unequal shares.
+        pipeline with several batch shapes, all of them), and with
+        `num_examples` when `fit` gets arrays: the last batch then holds
+        `num_examples % batch_size` rows, which must split too. A batch
+        that does not split is refused on both backends (JAX cannot shard
+        it, and TensorFlow would give replicas unequal shares); one that
+        gets past this check stops `fit` where it enters the distribution,
+        with the same message.
 
         Args:
             batch_size: int, or an iterable of ints.
             name: the argument to name in the error. Defaults to
                 `"batch_size"`.
+            num_examples: int, the number of examples `fit` is given
+                (`batch_size` must then be one int), or `None` not to check
+                the last partial batch. Defaults to `None`.
 
         Returns:
             `batch_size`, unchanged.
@@ -103,7 +110,28 @@ class TrainingDistribution:
                 f"gets an equal share of every batch; not divisible: "
                 f"{sorted(set(bad))}. Received: {name}={received}"
             )
+        if num_examples is not None:
+            self._check_last_batch(sizes, name, num_examples)
         return batch_size
+
+    def _check_last_batch(self, sizes, name, num_examples):
+        num_examples = check_positive_int(num_examples, "num_examples")
+        if len(sizes) != 1:
+            raise ValueError(
+                f"`num_examples` needs one `{name}`, the size of every batch "
+                f"but the last. Received: {name}={sizes}, "
+                f"num_examples={num_examples}"
+            )
+        last = num_examples % sizes[0]
+        if last % self.num_replicas:
+            raise ValueError(
+                f"The last batch holds num_examples % {name} = {num_examples} % "
+                f"{sizes[0]} = {last} examples, which do not split evenly over the "
+                f"{self.num_replicas} data-parallel replicas ({self._where()}). "
+                f"Use a number of examples whose remainder is a multiple of "
+                f"{self.num_replicas}, or drop the last {last}. Received: "
+                f"num_examples={num_examples}"
+            )
 
     def _where(self):
         if self.kind == "model":

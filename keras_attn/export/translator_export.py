@@ -11,7 +11,9 @@ import tensorflow as tf
 
 from keras_attn.export.jax_stablehlo import tensorflow_compatible_stablehlo
 from keras_attn.export.tensorflow_process import export_in_tensorflow_process
+from keras_attn.file_safety import replace_directory
 from keras_attn.generation.beam_search import beam_search
+from keras_attn.generation.decoding_inputs import max_length_limit
 from keras_attn.generation.decoding_loop import MAX_LENGTH_OFFSET
 from keras_attn.generation.greedy_search import greedy_search
 from keras_attn.validation import (
@@ -117,6 +119,37 @@ def _check_model_and_directory(model, tokenizer, directory):
         )
 
 
+def _check_destination(directory, overwrite):
+    """Refuses a `directory` that an export must not replace.
+
+    An existing file is never replaced, nor a folder that holds files but no
+    `saved_model.pb` (a run directory given by mistake); a previous export
+    or an empty folder is replaced when `overwrite` is true.
+    """
+    overwrite = check_bool(overwrite, "overwrite")
+    path = Path(directory)
+    if not (path.exists() or path.is_symlink()):
+        return overwrite
+    if not path.is_dir():
+        raise FileExistsError(
+            f"`directory` is an existing file, not a folder; export_translator "
+            f"writes a SavedModel folder. Received: directory={str(directory)!r}"
+        )
+    if not overwrite:
+        raise FileExistsError(
+            "`directory` already exists; pass overwrite=True to replace it. "
+            f"Received: directory={str(directory)!r}, overwrite=False"
+        )
+    if any(path.iterdir()) and not (path / "saved_model.pb").exists():
+        raise FileExistsError(
+            "`directory` is a folder that holds files but no saved_model.pb: "
+            "export_translator replaces only a previous export or an empty "
+            "folder, never other files. Choose another folder. Received: "
+            f"directory={str(directory)!r}"
+        )
+    return overwrite
+
+
 def _check_search(strategy, beam_size, length_penalty_alpha):
     """`(strategy, search_options)`; the options are beam search's, or none."""
     strategy = check_choice(strategy, "strategy", STRATEGIES)
@@ -155,6 +188,25 @@ def _smallest_bucket_index(buckets, value):
     """Index of the first bucket `>= value` (`len(buckets)` if none is)."""
     sorted_buckets = tf.constant(buckets, dtype=value.dtype)
     return tf.searchsorted(sorted_buckets, value[tf.newaxis], side="left")[0]
+
+
+def _one_dimensional(sentences):
+    """`sentences`, checked in the graph to be a `(batch,)` string tensor.
+
+    The signature declares `sentences` of any shape: TensorFlow does not
+    check a loaded signature's shapes, and with `(None,)` declared the graph
+    would take the rank for granted (a `(1, 2)` batch came back as one
+    translation). The check needs the rank unknown when traced; the
+    reshape then gives the rest of the graph its static `(None,)` shape
+    (`tf.ensure_shape` would fail first, with TensorFlow's message).
+    """
+    check = tf.debugging.assert_rank(
+        sentences,
+        1,
+        message="`sentences` must be a 1-D batch of strings, shape (batch,)",
+    )
+    with tf.control_dependencies([check]):
+        return tf.reshape(sentences, [-1])
 
 
 class _TextFunctions:
@@ -206,7 +258,7 @@ class _TextFunctions:
         )
 
     def tokenize(self, sentences):
-        ids = self.source_ids(sentences)
+        ids = self.source_ids(_one_dimensional(sentences))
         lengths = tf.cast(ids.row_lengths(), tf.int32)
         longest = tf.maximum(tf.reduce_max(lengths), 1)  # 1 for no rows
         dense = ids.to_tensor(default_value=self.tokenizer.pad_id)
@@ -243,6 +295,7 @@ class _TextFunctions:
         return tf.switch_case(index, branches)
 
     def translate(self, sentences):
+        sentences = _one_dimensional(sentences)
         ids = self.source_ids(sentences)
         batch_size = tf.shape(sentences)[0]
         # A sentence without subword tokens has only the end id: its
@@ -295,7 +348,7 @@ def _logits_function(model):
 
 
 def _assert_valid_tokens(tokens, name, model):
-    """In-graph checks of one int32 `(batch, length)` input; returns the ops."""
+    """In-graph checks of one int `(batch, length)` input; returns the ops."""
     vocabulary_size = model.vocabulary_size
     expected = f"`{name}` must hold token ids in [0, vocabulary_size={vocabulary_size})"
     checks = [
@@ -316,8 +369,34 @@ def _assert_valid_tokens(tokens, name, model):
     return checks
 
 
+def _at_least_one_position(tokens, pad_id):
+    """`tokens`, padded with `pad_id` to one position if it has none.
+
+    A function converted by jax2tf refuses a dimension of size 0 ("shape
+    refinement failed"); an all-padding source reads as the empty one (the
+    model masks padding).
+    """
+    missing = tf.maximum(1 - tf.shape(tokens)[1], 0)
+    return tf.pad(tokens, [[0, 0], [0, missing]], constant_values=pad_id)
+
+
+def _output_specs(unchecked):
+    """`{name: tf.TensorSpec}` of what the unchecked endpoint returns."""
+    outputs = unchecked.get_concrete_function().structured_outputs
+    return {
+        key: tf.TensorSpec(value.shape, value.dtype) for key, value in outputs.items()
+    }
+
+
 def _checked_logits(model, unchecked):
-    """`logits` with the input checks in front of the unchecked endpoint."""
+    """`logits` with the input checks in front of the unchecked endpoint.
+
+    An empty batch or an empty `decoder_tokens` gives empty logits without
+    calling the model, and an empty `encoder_tokens` reads as one padding
+    position, on every backend: jax2tf functions refuse a size-0 dimension.
+    """
+    logits_dtype = _output_specs(unchecked)["logits"].dtype
+    pad_id = getattr(model, "pad_id", 0)
 
     def logits(encoder_tokens, decoder_tokens):
         checks = _assert_valid_tokens(encoder_tokens, "encoder_tokens", model)
@@ -331,18 +410,54 @@ def _checked_logits(model, unchecked):
             )
         )
         with tf.control_dependencies(checks):
-            return unchecked(encoder_tokens, decoder_tokens)
+            # int64 ids accepted; identity: a cast to the same dtype is no op.
+            encoder_tokens = tf.identity(tf.cast(encoder_tokens, tf.int32))
+            decoder_tokens = tf.identity(tf.cast(decoder_tokens, tf.int32))
+        batch_size = tf.shape(decoder_tokens)[0]
+        target_length = tf.shape(decoder_tokens)[1]
+
+        def run():
+            encoder = _at_least_one_position(encoder_tokens, pad_id)
+            return unchecked(encoder, decoder_tokens)["logits"]
+
+        def empty():
+            shape = [batch_size, target_length, model.vocabulary_size]
+            return tf.zeros(shape, logits_dtype)
+
+        nonempty = tf.logical_and(batch_size > 0, target_length > 0)
+        return {"logits": tf.cond(nonempty, run, empty)}
 
     return logits
 
 
 def _checked_generate(model, unchecked):
-    """`generate_<bucket>` with the input checks in front of the unchecked one."""
+    """`generate_<bucket>` with the input checks in front of the unchecked one.
+
+    An empty batch gives empty outputs without decoding; an empty source
+    (the bucketless `generate`) reads as one padding position.
+    """
+    specs = _output_specs(unchecked)
+    pad_id = getattr(model, "pad_id", 0)
 
     def generate(encoder_tokens):
         checks = _assert_valid_tokens(encoder_tokens, "encoder_tokens", model)
         with tf.control_dependencies(checks):
-            return unchecked(encoder_tokens)
+            # int64 ids accepted; identity: a cast to the same dtype is no op.
+            encoder_tokens = tf.identity(tf.cast(encoder_tokens, tf.int32))
+        batch_size = tf.shape(encoder_tokens)[0]
+
+        def run():
+            outputs = unchecked(_at_least_one_position(encoder_tokens, pad_id))
+            return {key: outputs[key] for key in specs}
+
+        def empty():
+            # (0, max_length) tokens, (0,) scores
+            return {
+                key: tf.zeros([0] + [d or 0 for d in spec.shape[1:]], spec.dtype)
+                for key, spec in specs.items()
+            }
+
+        return tf.cond(batch_size > 0, run, empty)
 
     return generate
 
@@ -350,6 +465,19 @@ def _checked_generate(model, unchecked):
 def _add_checked_endpoint(archive, name, function, input_signature):
     endpoint = tf.function(function, input_signature=input_signature)
     endpoint.get_concrete_function()  # traced now, under the StableHLO patch
+    archive.add_endpoint(name, endpoint)
+
+
+def _add_checked_ids_endpoint(archive, name, function, shapes):
+    """A checked endpoint of int32 ids whose Python function also takes int64.
+
+    The SavedModel signature (what TF Serving calls) holds the first trace,
+    int32; `loaded.<name>(...)` also accepts int64 ids (NumPy's default
+    integer), checked in int64 and then cast.
+    """
+    endpoint = tf.function(function)
+    for dtype in (tf.int32, tf.int64):  # traced now, under the StableHLO patch
+        endpoint.get_concrete_function(*[tf.TensorSpec(s, dtype) for s in shapes])
     archive.add_endpoint(name, endpoint)
 
 
@@ -372,9 +500,8 @@ def _add_model_endpoints(archive, model, tokenizer, settings):
         input_signature=[tokens, tokens],
         **endpoint_options,
     )
-    signature = [tf.TensorSpec((None, None), tf.int32)] * 2
-    _add_checked_endpoint(
-        archive, "logits", _checked_logits(model, unchecked), signature
+    _add_checked_ids_endpoint(
+        archive, "logits", _checked_logits(model, unchecked), [(None, None)] * 2
     )
     generate = {}
     for bucket in settings.source_length_buckets or (None,):
@@ -382,7 +509,11 @@ def _add_model_endpoints(archive, model, tokenizer, settings):
         # longest source's output length.
         max_length = None
         if bucket is None:
-            max_length = settings.max_source_length + MAX_LENGTH_OFFSET
+            # Within what the model decodes (`generate` refuses more).
+            max_length = min(
+                settings.max_source_length + MAX_LENGTH_OFFSET,
+                max_length_limit(model)[0],
+            )
         name = "generate" if bucket is None else f"generate_{bucket}"
         generate[bucket] = archive.add_endpoint(
             f"unchecked_{name}",
@@ -390,11 +521,8 @@ def _add_model_endpoints(archive, model, tokenizer, settings):
             input_signature=[keras.InputSpec(shape=(None, bucket), dtype="int32")],
             **endpoint_options,
         )
-        _add_checked_endpoint(
-            archive,
-            name,
-            _checked_generate(model, generate[bucket]),
-            [tf.TensorSpec((None, bucket), tf.int32)],
+        _add_checked_ids_endpoint(
+            archive, name, _checked_generate(model, generate[bucket]), [(None, bucket)]
         )
     return generate
 
@@ -408,7 +536,8 @@ def _add_text_endpoints(archive, tokenizer, generate, settings):
         settings.source_length_buckets,
         settings.batch_size_buckets,
     )
-    strings = [tf.TensorSpec(shape=(None,), dtype=tf.string, name="sentences")]
+    # Any shape: `_one_dimensional` checks the rank in the graph.
+    strings = [tf.TensorSpec(shape=None, dtype=tf.string, name="sentences")]
     _add_checked_endpoint(archive, "tokenize", text.tokenize, strings)
     _add_checked_endpoint(archive, "serving_default", text.translate, strings)
 
@@ -444,6 +573,7 @@ def export_translator(
     batch_size_buckets="auto",
     jax_platforms=None,
     verbose=True,
+    overwrite=True,
 ):
     """Writes a SavedModel that translates raw strings, on any backend.
 
@@ -491,14 +621,20 @@ def export_translator(
           without the input checks below (`serving_default` calls them:
           its ids come from the tokenizer, valid by construction).
 
-    Input checks: a call with the wrong dtype or rank is refused by the
-    signature itself. Inside the graph, `logits` and `generate_*` check
-    that every id lies in `[0, vocabulary_size)`, that both inputs of
-    `logits` have the same batch size, and (learned positions) that no
-    sequence is longer than the model's `max_sequence_length`; a failed
-    check raises `tf.errors.InvalidArgumentError` whose message names the
-    input and what was expected, on every backend (a compiled call cannot
-    raise otherwise: an id out of range would give a silent result).
+    Input checks: a signature call with the wrong dtype (float ids, int64
+    ids through `signatures[...]`) is refused by the signature itself; the
+    functions `loaded.logits` and `loaded.generate_*` take int32 or int64
+    ids. Inside the graph, `serving_default` and `tokenize` check that
+    `sentences` is 1-D; `logits` and `generate_*` check that every id lies
+    in `[0, vocabulary_size)`, that both inputs of `logits` have the same
+    batch size, and (learned positions) that no sequence is longer than the
+    model's `max_sequence_length`; a failed check raises
+    `tf.errors.InvalidArgumentError` whose message names the input and what
+    was expected, on every backend (a compiled call cannot raise otherwise:
+    an id out of range would give a silent result). An empty batch gives
+    empty outputs, an empty `decoder_tokens` empty logits, and an empty
+    `encoder_tokens` reads as one padding position (jax2tf functions refuse
+    a dimension of size 0, so the checked endpoints never pass one on).
 
     Args:
         model: a trained `keras_attn.models.Transformer`.
@@ -525,6 +661,15 @@ def export_translator(
             `("cpu", "cuda")`. Defaults to `None`, meaning the platform of
             the exporting process.
         verbose: bool, whether to print the endpoints. Defaults to `True`.
+        overwrite: bool, whether to replace a previous export at
+            `directory`; `False` refuses an existing `directory` with a
+            `FileExistsError`. A file, or a folder holding other files than
+            an export, is never replaced. Defaults to `True`, as
+            `model.save`.
+
+    The SavedModel is written to a hidden folder beside `directory` and
+    renamed into place when complete: a process killed during the export
+    leaves the previous export (or nothing), never a partial one.
 
     Returns:
         The `pathlib.Path` of the SavedModel.
@@ -550,19 +695,33 @@ def export_translator(
         jax_platforms=_check_jax_platforms(jax_platforms, keras.backend.backend()),
     )
     verbose = check_bool(verbose, "verbose")
+    _check_destination(directory, overwrite)
     if keras.backend.backend() == "torch":
-        return export_in_tensorflow_process(
-            model,
-            tokenizer,
+        replace_directory(
             directory,
-            strategy=settings.strategy,
-            **settings.search_options,
-            max_source_length=settings.max_source_length,
-            source_length_buckets=settings.source_length_buckets,
-            batch_size_buckets=settings.batch_size_buckets,
-            verbose=verbose,
+            lambda partial: export_in_tensorflow_process(
+                model,
+                tokenizer,
+                partial,
+                strategy=settings.strategy,
+                **settings.search_options,
+                max_source_length=settings.max_source_length,
+                source_length_buckets=settings.source_length_buckets,
+                batch_size_buckets=settings.batch_size_buckets,
+                verbose=verbose,
+                overwrite=True,  # `partial`: the empty folder made for it
+            ),
         )
+        return Path(directory).resolve()
     directory = Path(directory)
+    replace_directory(
+        directory, lambda partial: _write(partial, model, tokenizer, settings, verbose)
+    )
+    return directory
+
+
+def _write(directory, model, tokenizer, settings, verbose):
+    """The SavedModel and its assets, into the (empty) `directory`."""
     archive = keras.export.ExportArchive()
     with tensorflow_compatible_stablehlo():
         archive.track(model)
@@ -574,4 +733,3 @@ def export_translator(
     signatures = ["serving_default", "tokenize", "logits", *generate_names]
     signatures += [f"unchecked_{name}" for name in ["logits", *generate_names]]
     _write_assets(directory, tokenizer, settings, signatures)
-    return directory

@@ -9,6 +9,7 @@ python jax_distributed_worker.py process PROCESS_ID PORT OUT_STEM
     127.0.0.1:PORT, data parallel over both processes' CPU devices.
 """
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from distributed_case import (  # noqa: E402
     GLOBAL_BATCH,
     compile_model,
     fit,
+    make_data,
     make_dataset,
     make_model,
     save_result,
@@ -98,6 +100,35 @@ def mesh_runs(out_dir):
     except ValueError as error:
         indivisible_error = str(error)
     Path(out_dir, "indivisible_error.txt").write_text(str(indivisible_error))
+    Path(out_dir, "uneven_batch_errors.json").write_text(
+        json.dumps(uneven_batch_errors())
+    )
+
+
+def uneven_batch_errors():
+    """What `fit` on DataParallel(8) says to batches that 8 does not divide."""
+    import tensorflow as tf
+
+    inputs, labels = make_data()
+    arrays = ({k: v[:24] for k, v in inputs.items()}, labels[:24])
+    # 20 rows in batches of 12: the size is not static, checked as read.
+    dataset = tf.data.Dataset.from_tensor_slices(
+        ({k: v[:20] for k, v in inputs.items()}, labels[:20])
+    ).batch(12)
+    errors = {}
+    with keras_attn.distribution.configure("data").scope():
+        model = make_model()
+        compile_model(model)
+        for name, call in (
+            ("arrays", lambda: model.fit(*arrays, batch_size=12, verbose=0)),
+            ("dataset", lambda: model.fit(dataset, verbose=0)),
+        ):
+            try:
+                call()
+                errors[name] = None
+            except Exception as error:  # noqa: BLE001 (type and text recorded)
+                errors[name] = [type(error).__name__, str(error)]
+    return errors
 
 
 def process_run(process_id, port, out_stem):

@@ -150,3 +150,89 @@ def test_check_batch_size_lists_the_sizes_that_do_not_divide():
 def test_public_api():
     assert keras_attn.distribution.configure is configure
     assert keras_attn.distribution.KINDS == ("none", "data", "model")
+
+
+def _has_gpu():
+    if BACKEND == "jax":
+        import jax
+
+        return any(device.platform == "gpu" for device in jax.devices())
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        return bool(tf.config.list_logical_devices("GPU"))
+    return False
+
+
+@pytest.mark.skipif(BACKEND == "torch", reason="no keras.distribution on torch")
+@pytest.mark.parametrize(
+    "devices",
+    [
+        # On TensorFlow these made `fit` wait forever on a host without GPUs;
+        # on JAX `fit` failed with "Unknown backend: 'gpu'".
+        pytest.param(
+            ["gpu:0", "gpu:1"],
+            marks=pytest.mark.skipif(_has_gpu(), reason="the host has GPUs"),
+        ),
+        ["cpu:0", "cpu:7"],  # the test process has one CPU device
+        ["tpu:0"],
+    ],
+)
+def test_devices_that_do_not_exist_are_refused_naming_those_that_do(devices):
+    with pytest.raises(ValueError) as error:
+        configure("data", devices=devices)
+    message = str(error.value)
+    assert "`devices` names devices that" in message
+    missing = [name for name in devices if name != "cpu:0"]
+    assert f"{missing}" in message
+    assert "The devices that exist: [" in message and "'cpu:0'" in message
+    assert f"Received: devices={devices!r}" in message
+
+
+@pytest.mark.skipif(BACKEND == "torch", reason="no keras.distribution on torch")
+@pytest.mark.parametrize(
+    "devices", [["cpu:0", "cpu:0"], ["cpu:0", "CPU:0"], ["cpu:0", "cpu"]]
+)
+def test_a_device_named_twice_is_refused(devices):
+    # Was a bare AssertionError from the mesh (JAX) or the strategy (TF).
+    with pytest.raises(ValueError, match="`devices` must name each device once"):
+        configure("data", devices=devices)
+
+
+@pytest.mark.skipif(BACKEND == "torch", reason="no keras.distribution on torch")
+def test_existing_devices_are_accepted_in_either_spelling():
+    spelling = "/cpu:0" if BACKEND == "tensorflow" else "CPU:0"
+    for devices in (["cpu:0"], [spelling]):
+        distribution = configure("data", devices=devices)
+        assert distribution.num_replicas == 1
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="torch only")
+def test_torch_refuses_devices_with_the_same_reason():
+    with pytest.raises(ValueError, match="`kind='data'` is not available on the torch"):
+        configure("data", devices=["gpu:0", "gpu:1"])
+
+
+@pytest.mark.parametrize(
+    "num_examples, replicas, last", [(18, 4, 2), (17, 2, 1), (9, 8, 1)]
+)
+def test_check_batch_size_finds_an_uneven_last_batch(num_examples, replicas, last):
+    distribution = TrainingDistribution("data", BACKEND, (replicas,))
+    with pytest.raises(ValueError) as error:
+        distribution.check_batch_size(8, num_examples=num_examples)
+    message = str(error.value)
+    assert f"{num_examples} % 8 = {last} examples" in message
+    assert f"over the {replicas} data-parallel replicas" in message
+    assert f"Received: num_examples={num_examples}" in message
+
+
+def test_check_batch_size_accepts_an_even_last_batch():
+    distribution = TrainingDistribution("data", BACKEND, (4,))
+    assert distribution.check_batch_size(8, num_examples=20) == 8  # last: 4
+    assert distribution.check_batch_size(8, num_examples=24) == 8  # no last
+    with pytest.raises(ValueError, match="`num_examples` needs one `batch_size`"):
+        distribution.check_batch_size([8, 16], num_examples=20)
+    with pytest.raises(ValueError, match="Received: num_examples=0"):
+        distribution.check_batch_size(8, num_examples=0)
+    with pytest.raises(TypeError, match="Received: num_examples=2.5"):
+        distribution.check_batch_size(8, num_examples=2.5)

@@ -5,6 +5,7 @@ The distributed runs happen in subprocesses: `XLA_FLAGS` must be set before
 JAX is imported, and `jax.distributed.initialize` before JAX computes.
 """
 
+import json
 import os
 import sys
 
@@ -166,6 +167,21 @@ def test_mesh_that_does_not_divide_the_heads_is_named(mesh_results):
         "Variable `encoder_block_0/self_attention/query/kernel` of shape (32, 4, 8) "
         "is sharded (None, 'model', None) on a mesh {'batch': 1, 'model': 8}, "
         "but dimension 1 (4) is not divisible by 8."
+    )
+
+
+def test_batches_that_do_not_split_over_the_replicas_are_refused(mesh_results):
+    """As on TensorFlow, with the same message: a batch of 12 on 8 replicas."""
+    errors = json.loads((mesh_results["dir"] / "uneven_batch_errors.json").read_text())
+    kind, message = errors["arrays"]
+    assert kind == "ValueError"  # was JAX's IndivisibleError about a sharding
+    assert message.startswith(
+        "A batch of 12 rows does not split evenly over the 8 data-parallel replicas"
+    )
+    kind, message = errors["dataset"]
+    assert kind == "InvalidArgumentError"  # checked in the tf.data pipeline
+    assert (
+        "A batch of 12 rows does not split evenly over the 8 data-parallel" in message
     )
 
 

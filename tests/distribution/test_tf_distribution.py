@@ -92,7 +92,8 @@ def test_single_device_run_trains_unmirrored(mirrored_results):
 
 
 def test_mirrored_training_matches_single_device(mirrored_results):
-    assert mirrored_results["data"][0]["model_strategy"] == "MirroredStrategy"
+    # keras_attn's MirroredStrategy, which refuses uneven batches.
+    assert mirrored_results["data"][0]["model_strategy"] == "_MirroredStrategy"
     assert mirrored_results["data"][0]["num_replicas"] == 2
     assert_same_training(mirrored_results["data"], mirrored_results["single"])
 
@@ -118,6 +119,27 @@ def test_batch_size_not_divisible_by_replicas_is_rejected(mirrored_results):
     message = mirrored_results["data"][0]["batch_error"]
     assert "`batch_size` must be divisible by the 2 data-parallel replicas" in message
     assert mirrored_results["single"][0]["batch_error"] is None
+
+
+def test_batches_that_do_not_split_over_the_replicas_are_refused(mirrored_results):
+    """TensorFlow splits them unevenly (a batch of 6 on 4 replicas failed in
+    AddN); they are refused as on JAX, with the same message."""
+    errors = mirrored_results["data"][0]["uneven_batch_errors"]
+    kind, message = errors["static"]
+    assert kind == "ValueError"
+    assert message.startswith(
+        "A batch of 3 rows does not split evenly over the 2 data-parallel replicas"
+    )
+    kind, message = errors["partial"]
+    assert kind == "InvalidArgumentError"
+    assert "A batch of 3 rows does not split evenly over the 2 data-parallel" in message
+
+
+def test_devices_that_do_not_exist_are_refused_at_configure(mirrored_results):
+    """`fit` on ["gpu:0", "gpu:1"] waited forever on a host without GPUs."""
+    message = mirrored_results["data"][0]["missing_devices_error"]
+    assert "`devices` names devices that this process does not have" in message
+    assert "The devices that exist: ['cpu:0', 'cpu:1']" in message
 
 
 def test_two_workers_match_single_device(workers, mirrored_results):

@@ -30,6 +30,7 @@ from distributed_case import (  # noqa: E402
     GLOBAL_BATCH,
     compile_model,
     fit,
+    make_data,
     make_dataset,
     make_model,
     save_result,
@@ -72,6 +73,25 @@ def error_of(function):
     return None
 
 
+def uneven_batch_errors(distribution):
+    """What `fit` on 2 replicas says to batches that 2 does not divide."""
+    inputs, labels = make_data()
+    errors = {}
+    with distribution.scope():
+        model = make_model()
+        compile_model(model)
+        # 6 rows in batches of 3: a static batch size, refused at once; 3
+        # rows in batches of 4: one partial batch, refused as it is read.
+        for name, rows, batch_size in (("static", 6, 3), ("partial", 3, 4)):
+            arrays = ({k: v[:rows] for k, v in inputs.items()}, labels[:rows])
+            try:
+                model.fit(*arrays, batch_size=batch_size, verbose=0)
+                errors[name] = None
+            except Exception as error:  # noqa: BLE001 (type and text recorded)
+                errors[name] = [type(error).__name__, str(error)]
+    return errors
+
+
 def mirrored_runs(out_dir):
     for name, kind in (("single", "none"), ("data", "data")):
         distribution = keras_attn.distribution.configure(kind)
@@ -88,6 +108,15 @@ def mirrored_runs(out_dir):
             batch_error=error_of(lambda d=distribution: d.check_batch_size(15)),
             model_parallel_error=error_of(
                 lambda: keras_attn.distribution.configure("model", (1, 2))
+            ),
+            uneven_batch_errors=(
+                uneven_batch_errors(distribution) if kind == "data" else None
+            ),
+            # On a host without GPUs, `fit` on these waited forever.
+            missing_devices_error=error_of(
+                lambda: keras_attn.distribution.configure(
+                    "data", devices=["gpu:0", "gpu:1"]
+                )
             ),
         )
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from keras_attn.export import default_source_length_buckets, export_translator
+from keras_attn.export.translator_export import CONFIG_FILE
 from keras_attn.models import Transformer
 from keras_attn.text import SubwordTokenizer, Translator, load_multi30k
 from keras_attn.training import MaskedSparseCategoricalCrossentropy
@@ -52,6 +53,19 @@ if "tokenize" in request:
 if "logits" in request:
     inputs = {k: tf.constant(v, tf.int32) for k, v in request["logits"].items()}
     result["logits"] = loaded.signatures["logits"](**inputs)["logits"].numpy().tolist()
+result["accepted"] = []
+for case in request.get("accepted", []):
+    inputs = {
+        name: tf.constant(np.reshape(np.asarray(values, case["dtype"]), shape))
+        for name, (values, shape) in case["inputs"].items()
+    }
+    if case["function"]:  # the tf.function: `loaded.logits(encoder, decoder)`
+        out = getattr(loaded, case["endpoint"])(*inputs.values())
+    else:  # the signature, as TF Serving calls it
+        out = loaded.signatures[case["endpoint"]](**inputs)
+    result["accepted"].append(
+        {k: [list(v.shape), v.numpy().ravel().tolist()] for k, v in out.items()}
+    )
 result["refused"] = []
 for case in request.get("refused", []):
     inputs = {k: tf.constant(v, case["dtype"]) for k, v in case["inputs"].items()}
@@ -188,12 +202,66 @@ def served(exported):
         tokenize=mixed_batch(),
         logits=logits_inputs,
         refused=[case for case, _ in REFUSED],
+        accepted=list(accepted_calls(logits_inputs).values()),
+    )
+    output["accepted"] = dict(
+        zip(accepted_calls(logits_inputs), output["accepted"], strict=True)
     )
     return output, logits_inputs
 
 
 def _refused(endpoint, dtype="int32", **inputs):
     return {"endpoint": endpoint, "dtype": dtype, "inputs": inputs}
+
+
+def _accepted(endpoint, dtype="int32", function=False, **arrays):
+    """A call expected to work, its inputs by name (in the function's order)."""
+    inputs = {
+        name: [np.asarray(a).ravel().tolist(), list(np.shape(a))]
+        for name, a in arrays.items()
+    }
+    return {
+        "endpoint": endpoint,
+        "dtype": dtype,
+        "inputs": inputs,
+        "function": function,
+    }
+
+
+def accepted_calls(logits_inputs):
+    """`{name: call}`: empty batches, empty inputs and int64 ids.
+
+    jax2tf functions refuse a dimension of size 0 ("XlaCallModule shape
+    refinement failed"); the checked endpoints never pass one on. A
+    signature takes int32 only; the functions also take int64.
+    """
+    encoder = np.asarray(logits_inputs["encoder_tokens"])
+    decoder = np.asarray(logits_inputs["decoder_tokens"])
+    source = encoder[:2, :1].repeat(16, axis=1)  # (2, 16)
+    return {
+        "logits_empty_batch": _accepted(
+            "logits", encoder_tokens=np.zeros((0, 3)), decoder_tokens=np.zeros((0, 2))
+        ),
+        "logits_empty_decoder": _accepted(
+            "logits", encoder_tokens=encoder, decoder_tokens=np.zeros((3, 0))
+        ),
+        "logits_empty_encoder": _accepted(
+            "logits", encoder_tokens=np.zeros((3, 0)), decoder_tokens=decoder
+        ),
+        "logits_padding_encoder": _accepted(
+            "logits", encoder_tokens=np.zeros((3, 1)), decoder_tokens=decoder
+        ),
+        "generate_empty_batch": _accepted(
+            "generate_16", encoder_tokens=np.zeros((0, 16))
+        ),
+        "logits_int64": _accepted(
+            "logits", "int64", True, encoder_tokens=encoder, decoder_tokens=decoder
+        ),
+        "generate_int32": _accepted("generate_16", encoder_tokens=source),
+        "generate_int64": _accepted(
+            "generate_16", "int64", True, encoder_tokens=source
+        ),
+    }
 
 
 GOOD = [[5, 6, 7], [8, 9, 10]]
@@ -232,6 +300,21 @@ REFUSED = [
     (
         _refused("generate_16", encoder_tokens=[[5] * 20]),
         ("(TypeError|ValueError|InvalidArgumentError)", "16"),
+    ),
+    # TensorFlow does not check a loaded signature's shapes: a (1, 2) batch
+    # came back as one translation before the in-graph rank check.
+    (
+        _refused("serving_default", "string", sentences=[["A dog.", "A cat."]]),
+        ("InvalidArgumentError", r"`sentences` must be a 1-D batch of strings"),
+    ),
+    (
+        _refused("tokenize", "string", sentences="A dog."),
+        ("InvalidArgumentError", r"`sentences` must be a 1-D batch of strings"),
+    ),
+    # A signature holds one dtype: int64 ids go through `loaded.logits`.
+    (
+        _refused("logits", "int64", encoder_tokens=GOOD, decoder_tokens=GOOD),
+        ("InvalidArgumentError", "expected to be a int32 tensor but is a int64"),
     ),
 ]
 
@@ -331,6 +414,38 @@ def test_bad_inputs_of_the_saved_model_are_refused_clearly(served, index):
 
 
 @pytest.mark.slow
+def test_empty_batches_and_inputs_give_empty_or_padded_outputs(served):
+    output, _ = served
+    got = output["accepted"]
+    assert got["logits_empty_batch"] == {"logits": [[0, 2, VOCABULARY_SIZE], []]}
+    assert got["logits_empty_decoder"] == {"logits": [[3, 0, VOCABULARY_SIZE], []]}
+    # As wide as a non-empty batch's tokens: (0, max_length).
+    width = got["generate_int32"]["tokens"][0][1]
+    assert got["generate_empty_batch"] == {
+        "tokens": [[0, width], []],
+        "scores": [[0], []],
+    }
+    # An empty source reads as one padding position (masked by the model).
+    empty, padding = got["logits_empty_encoder"], got["logits_padding_encoder"]
+    assert empty["logits"][0] == [3, 5, VOCABULARY_SIZE]
+    np.testing.assert_allclose(empty["logits"][1], padding["logits"][1], atol=1e-6)
+    assert np.all(np.isfinite(empty["logits"][1]))
+
+
+@pytest.mark.slow
+def test_int64_ids_are_taken_by_the_functions(served):
+    output, _ = served
+    got = output["accepted"]
+    np.testing.assert_allclose(
+        got["logits_int64"]["logits"][1],
+        np.ravel(output["logits"]),
+        rtol=1e-6,
+        atol=1e-6,
+    )
+    assert got["generate_int64"] == got["generate_int32"]
+
+
+@pytest.mark.slow
 def test_moved_directory_still_loads(exported, served, tmp_path):
     output, logits_inputs = served
     moved = tmp_path / "moved"
@@ -389,3 +504,123 @@ def test_vocabulary_mismatch_is_named(tokenizer, tmp_path):
     model = Transformer.from_preset("transformer_tiny", vocabulary_size=50)
     with pytest.raises(ValueError, match="model.vocabulary_size=50"):
         export_translator(model, tokenizer, tmp_path / "x")
+
+
+def _tiny_model():
+    return Transformer.from_preset("transformer_tiny", vocabulary_size=VOCABULARY_SIZE)
+
+
+def test_an_existing_destination_is_refused_before_any_work(tokenizer, tmp_path):
+    """Exporting onto a file failed in TensorFlow (FailedPreconditionError)."""
+    previous = tmp_path / "previous"
+    previous.mkdir()
+    (previous / "saved_model.pb").write_bytes(b"old")
+    a_file = tmp_path / "model.keras"
+    a_file.write_bytes(b"not a folder")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text("{}")
+    for directory, overwrite, match in (
+        (previous, False, "already exists; pass overwrite=True"),
+        (a_file, True, "is an existing file, not a folder"),
+        (run_dir, True, "holds files but no saved_model.pb"),
+    ):
+        with pytest.raises(FileExistsError, match=match) as error:
+            export_translator(
+                _tiny_model(), tokenizer, directory, overwrite=overwrite, verbose=False
+            )
+        assert f"directory={str(directory)!r}" in str(error.value)
+    assert (previous / "saved_model.pb").read_bytes() == b"old"
+    assert a_file.read_bytes() == b"not a folder"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]
+    with pytest.raises(TypeError, match="Received: overwrite='yes'"):
+        export_translator(_tiny_model(), tokenizer, tmp_path / "x", overwrite="yes")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "model.keras",
+        "previous",
+        "run",
+    ]
+
+
+# Runs in a fresh interpreter: exports onto a previous export, to be killed.
+EXPORT_OVER = """
+import sys
+from pathlib import Path
+import keras
+from keras_attn.export import export_translator
+from keras_attn.text import SubwordTokenizer
+work = Path(sys.argv[1])
+model = keras.saving.load_model(work / "model.keras")
+tokenizer = SubwordTokenizer.load(work / "tokenizer")
+export_translator(model, tokenizer, work / "exports" / "translator",
+                  strategy="greedy", source_length_buckets=None,
+                  batch_size_buckets=None, verbose=False)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_export_leaves_the_previous_one_whole(model, tokenizer, tmp_path):
+    """SIGKILL while the new SavedModel is written: the old one is untouched.
+
+    On torch the export runs in a TensorFlow child process: the whole
+    process group is killed.
+    """
+    import signal
+    import time
+
+    model.save(tmp_path / "model.keras")
+    tokenizer.save(tmp_path / "tokenizer")
+    exports = tmp_path / "exports"
+    previous = exports / "translator"
+    previous.mkdir(parents=True)
+    files = {"saved_model.pb": b"previous export", "assets.extra/x.json": b"{}"}
+    for name, content in files.items():
+        (previous / name).parent.mkdir(parents=True, exist_ok=True)
+        (previous / name).write_bytes(content)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([repo, env.get("PYTHONPATH", "")])
+    process = subprocess.Popen(
+        [sys.executable, "-c", EXPORT_OVER, str(tmp_path)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        # Killed once the new export has started writing files beside.
+        while not any(p.is_file() for p in exports.glob(".partial-*/**/*")):
+            assert process.poll() is None, process.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "the export never started"
+            time.sleep(0.02)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    for name, content in files.items():
+        assert (previous / name).read_bytes() == content
+    assert sorted(p.name for p in previous.rglob("*")) == sorted(
+        ["saved_model.pb", "assets.extra", "x.json"]
+    )
+
+
+@pytest.mark.slow
+def test_overwrite_replaces_a_previous_export_whole(model, tokenizer, tmp_path):
+    previous = tmp_path / "translator"
+    previous.mkdir()
+    (previous / "saved_model.pb").write_bytes(b"previous export")
+    (previous / "stale.txt").write_text("from the previous export")
+    export_translator(
+        model,
+        tokenizer,
+        previous,
+        strategy="greedy",
+        source_length_buckets=None,
+        batch_size_buckets=None,
+        verbose=False,
+    )
+    assert not (previous / "stale.txt").exists()  # replaced, not merged
+    assert (previous / "saved_model.pb").read_bytes() != b"previous export"
+    settings = json.loads((previous / "assets.extra" / CONFIG_FILE).read_text())
+    assert settings["strategy"] == "greedy"
+    assert [p.name for p in tmp_path.iterdir()] == ["translator"]  # nothing beside

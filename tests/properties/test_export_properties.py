@@ -94,7 +94,9 @@ def test_export_buckets(tmp_path_factory, name, value):
 
 @PROPERTY_SETTINGS
 @given(
-    name=st.sampled_from(["strategy", "verbose", "directory", "jax_platforms"]),
+    name=st.sampled_from(
+        ["strategy", "verbose", "directory", "jax_platforms", "overwrite"]
+    ),
     value=st.one_of(NOT_A_BOOL, NOT_A_PATH),
 )
 def test_export_other_arguments(tmp_path_factory, name, value):
