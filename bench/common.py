@@ -42,6 +42,73 @@ def select_backend(backend, system_malloc=False):
     return f"host memory: allocator defaults ({backend} keeps its own)"
 
 
+def add_torch_threads_flag(parser):
+    """Adds `--torch-threads N`: torch's intra-op (OpenMP) thread count."""
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="torch only: torch.set_num_threads(N) before building the models "
+        "(default: torch's, one per core). On a machine shared with other "
+        "jobs, 2 threads on 2 cores spin at every parallel op's barrier; 1 "
+        "thread times the work (bench/README.md, 'torch builds')",
+    )
+
+
+def configure_torch(threads=None):
+    """On torch, applies `threads`; returns a line naming the build.
+
+    The line gives `torch.__version__`, `torch.version.cuda` (`None` on the
+    CPU-only `+cpu` wheels), the intra-op thread count, `OMP_WAIT_POLICY`
+    and whether denormals are flushed in this thread (no getter exists: a
+    float32 subnormal multiplied by 2 reads back as 0 when they are).
+    Returns `None` on other backends; imports torch only on torch.
+
+    Args:
+        threads: int or `None`, `torch.set_num_threads(threads)` when given.
+    """
+    import keras
+
+    if keras.backend.backend() != "torch":
+        return None
+    import torch
+
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(
+                f"`--torch-threads` must be >= 1. Received: --torch-threads={threads}"
+            )
+        torch.set_num_threads(threads)
+    cuda = torch.version.cuda
+    build = "CPU-only (+cpu) build" if cuda is None else f"CUDA {cuda} build"
+    subnormal = torch.tensor([1e-39], dtype=torch.float32) * 2.0
+    flushed = bool(subnormal[0] == 0)
+    return (
+        f"torch {torch.__version__} ({build}), "
+        f"intra-op threads: {torch.get_num_threads()}, "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+        f"flush denormal {'on' if flushed else 'off'}"
+    )
+
+
+def load_line(when):
+    """`when`'s system load average against the CPU count, as a line.
+
+    Benchmarks run on shared machines: a load above the CPU count means
+    other jobs competed for the cores, and eager torch with one OpenMP
+    thread per core then loses whole scheduler slices at its barriers.
+    """
+    try:
+        one, five, _ = os.getloadavg()
+    except OSError:  # not every platform has it
+        return f"load average {when}: unknown"
+    cpus = os.cpu_count() or 1
+    line = f"load average {when}: {one:.1f} (1 min), {five:.1f} (5 min) on {cpus} CPUs"
+    if one > cpus:
+        line += " -- other jobs competed for the cores: timings are noisy"
+    return line
+
+
 def block(value):
     """Waits for an asynchronously dispatched (JAX) result."""
     if hasattr(value, "block_until_ready"):

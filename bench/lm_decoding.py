@@ -4,6 +4,7 @@
     python bench/lm_decoding.py --backend jax
     python bench/lm_decoding.py --backend tensorflow
     python bench/lm_decoding.py --backend torch --smoke   # tiny sizes, one run
+    python bench/lm_decoding.py --backend torch --torch-threads 1
 
 Both sides decode the same work with random weights: a pre-norm decoder-only
 LM (hidden 256, 3 layers, 8 heads, feed-forward 1024, GELU, learned
@@ -23,7 +24,10 @@ No end id stops either loop. Each side's loop is the `call` of a small
 the same way: `jax.jit` on JAX, `tf.function` on TensorFlow, eagerly on
 torch (where Keras compiles nothing by default). The first call is reported
 apart; then the two sides are timed in turn (`--runs` times, interleaved)
-and the medians and their ratio printed.
+and the medians and their ratio printed. On torch the build
+(`torch.__version__`, CUDA or `+cpu`), the thread count and whether
+denormals are flushed are printed; on every backend the load average at
+start and end (see `bench/train_throughput.py`).
 """
 
 import argparse
@@ -57,12 +61,30 @@ SMOKE = dict(
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=("jax", "tensorflow", "torch"), default="jax")
+    parser.add_argument(
+        "--backend", choices=("jax", "tensorflow", "torch"), default="jax"
+    )
     parser.add_argument("--runs", type=int, default=5, help="timed runs per side")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run")
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="torch only: torch.set_num_threads(N) (default: torch's, one per "
+        "core; see bench/README.md, 'torch builds')",
+    )
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs must be >= 1. Received: --runs={args.runs}")
+    if args.torch_threads is not None and args.backend != "torch":
+        parser.error(
+            "--torch-threads applies to --backend torch only. "
+            f"Received: --backend {args.backend}"
+        )
+    if args.torch_threads is not None and args.torch_threads < 1:
+        parser.error(
+            f"--torch-threads must be >= 1. Received: --torch-threads={args.torch_threads}"
+        )
     return args
 
 
@@ -181,7 +203,12 @@ def main(argv=None):
     sys.path.insert(0, str(ROOT / "bench"))
     import keras
     import numpy as np
-    from common import interleaved_medians
+    from common import configure_torch, interleaved_medians, load_line
+
+    torch_build = configure_torch(args.torch_threads)
+    if torch_build:
+        print(torch_build, flush=True)
+    print(load_line("at start"), flush=True)
 
     shape = SMOKE if args.smoke else FULL
     runs = 1 if args.smoke else args.runs
@@ -217,6 +244,9 @@ def main(argv=None):
         print(f"{name:<12} {seconds:>10.3f} {output_tokens / seconds:>10.0f}")
     ratio = medians["keras-hub"] / medians["keras-attn"]
     print(f"\nkeras-attn speed / keras-hub speed: {ratio:.2f}x")
+    if torch_build:
+        print(torch_build)
+    print(load_line("at end"))
     return medians
 
 

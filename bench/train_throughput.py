@@ -3,6 +3,7 @@
     python bench/train_throughput.py --backend jax
     python bench/train_throughput.py --backend tensorflow
     python bench/train_throughput.py --backend torch   # eager; --torch-compile
+    python bench/train_throughput.py --backend torch --torch-threads 1
     python bench/train_throughput.py --backend jax --quick   # smoke run
     python bench/train_throughput.py --backend jax --config base-gpu   # on a GPU
     python bench/train_throughput.py --backend jax --config base-gpu --smoke
@@ -25,6 +26,13 @@ keras-hub's one `dropout` also drops the attention weights, which
 keras-attn's defaults (the paper's) do not; a fourth model, "keras-attn
 (equal work)", is keras-attn with `attention_dropout` equal to keras-hub's
 `dropout`, and its keras-hub ratio is printed beside the default one.
+
+On torch the script prints the build (`torch.__version__`, the CUDA
+version or the CPU-only `+cpu` wheel), the intra-op thread count and
+whether denormals are flushed; on every backend, the load average at start
+and end (above the CPU count, other jobs competed and the ratios are noise:
+on torch with one OpenMP thread per core, a step then takes 3 to 30 times
+its work; `--torch-threads 1` times the work itself).
 
 After warm-up (compilation), the models are timed in interleaved windows
 (rotating order) and the median step time per model is reported as tokens/s,
@@ -288,7 +296,9 @@ BUILDERS = {
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backend", default="jax", choices=["jax", "tensorflow", "torch"])
+    parser.add_argument(
+        "--backend", default="jax", choices=["jax", "tensorflow", "torch"]
+    )
     parser.add_argument(
         "--config",
         default="cpu",
@@ -312,6 +322,7 @@ def parse_args(argv=None):
         "(base-gpu: 989, an H100 SXM in bfloat16)",
     )
     common.add_host_memory_flag(parser)
+    common.add_torch_threads_flag(parser)
     parser.add_argument("--windows", type=int, default=None)
     parser.add_argument(
         "--torch-compile",
@@ -320,6 +331,15 @@ def parse_args(argv=None):
         "default for torch, eager steps",
     )
     args = parser.parse_args(argv)
+    if args.torch_threads is not None and args.backend != "torch":
+        parser.error(
+            "--torch-threads applies to --backend torch only. "
+            f"Received: --backend {args.backend}"
+        )
+    if args.torch_threads is not None and args.torch_threads < 1:
+        parser.error(
+            f"--torch-threads must be >= 1. Received: --torch-threads={args.torch_threads}"
+        )
     if args.steps_per_execution is not None and args.steps_per_execution < 1:
         parser.error(
             "--steps-per-execution must be >= 1. "
@@ -403,6 +423,10 @@ def main(argv=None):
 
     import keras
 
+    torch_build = common.configure_torch(args.torch_threads)
+    if torch_build:
+        print(torch_build, flush=True)
+    print(common.load_line("at start"), flush=True)
     c = resolve_config(args)
     keras.config.set_dtype_policy(c["dtype_policy"])
     compute_dtype = keras.config.dtype_policy().compute_dtype
@@ -427,6 +451,9 @@ def main(argv=None):
         results[(batch_size, length)] = measure_shape(shape, args, keras)
     peak = max(peak, common.matmul_peak_flops(c["matmul_size"], dtype=compute_dtype))
     print(f"backend: {args.backend}")
+    if torch_build:
+        print(torch_build)
+    print(common.load_line("at end"))
     print(f"matmul peak: {peak / 1e9:.1f} GFLOP/s ({compute_dtype}, measured)")
     if c["peak_tflops"]:
         print(f"device peak: {c['peak_tflops']:.0f} TFLOP/s (--peak-tflops)")
