@@ -1,6 +1,6 @@
 """keras-attn: the Transformer of "Attention Is All You Need" for Keras 3.
 
-Sub-packages, each importable on its own:
+Sub-packages, each an attribute of `keras_attn` (or importable on its own):
 
 - `keras_attn.layers`: attention, position encodings, embeddings,
   feed-forward, encoder and decoder blocks.
@@ -10,13 +10,26 @@ Sub-packages, each importable on its own:
 - `keras_attn.distribution`: data and model parallel training
   (`keras.distribution` on JAX, `tf.distribute` on TensorFlow).
 - `keras_attn.saving`: `load_model` with errors that name the file.
-- `keras_attn.text`: tokenizers, tf.data pipelines, BLEU (needs
+- `keras_attn.text`: tokenizers, tf.data pipelines, BLEU and the
+  `Translator`, `TextGenerator`, `TextClassifier` tasks (needs
   `keras-attn[text]`).
+- `keras_attn.export`: SavedModel export of a translator (needs TensorFlow).
+
+`import keras_attn` loads the first six, which need Keras alone and register
+their classes for `keras.saving.load_model`. `text` and `export` import
+TensorFlow, so they load on first use (`keras_attn.text.Translator` after
+`import keras_attn` works; PEP 562) and `import keras_attn` stays light on
+JAX and torch.
 """
+
+import importlib
 
 from keras_attn import distribution, generation, layers, models, saving, training
 
 __version__ = "0.1.0"
+
+# Loaded by `__getattr__` on first use: they import TensorFlow.
+_LAZY_SUBPACKAGES = ("export", "text")
 
 __all__ = [
     "distribution",
@@ -27,3 +40,15 @@ __all__ = [
     "training",
     "__version__",
 ]
+
+
+def __getattr__(name):
+    # Called only for names not yet in the module's namespace: importing a
+    # submodule sets it there, so this runs once per lazy subpackage.
+    if name in _LAZY_SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_SUBPACKAGES))

@@ -2,11 +2,17 @@
 
 import ast
 import inspect
+import json
+import os
 import pathlib
+import subprocess
+import sys
+import textwrap
 
 import keras
 import pytest
 
+import keras_attn
 import keras_attn.layers
 import keras_attn.models
 
@@ -95,3 +101,63 @@ def test_every_public_layer_is_exported():
         "scaled_dot_product_attention",
     } <= exported
     assert "Transformer" in keras_attn.models.__all__
+
+
+SUBPACKAGES = {
+    "distribution",
+    "export",
+    "generation",
+    "layers",
+    "models",
+    "saving",
+    "text",
+    "training",
+}
+
+
+def test_subpackages_are_attributes_loaded_on_first_use():
+    # A fresh process: this one has long imported everything.
+    program = textwrap.dedent(
+        """
+        import json, sys
+        import keras_attn
+
+        before = {
+            "tensorflow": "tensorflow" in sys.modules,
+            "text": "keras_attn.text" in sys.modules,
+            "export": "keras_attn.export" in sys.modules,
+        }
+        from keras_attn.text.translator import Translator
+
+        assert keras_attn.text.Translator is Translator
+        assert keras_attn.export.export_translator.__module__.startswith(
+            "keras_attn.export"
+        )
+        print(json.dumps({"before": before, "dir": dir(keras_attn)}))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, KERAS_BACKEND=keras.backend.backend()),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["before"] == {
+        # On TensorFlow, Keras itself imports it.
+        "tensorflow": keras.backend.backend() == "tensorflow",
+        "text": False,
+        "export": False,
+    }
+    assert SUBPACKAGES <= set(report["dir"])
+
+
+def test_an_unknown_attribute_is_an_attribute_error():
+    with pytest.raises(
+        AttributeError, match="module 'keras_attn' has no attribute 'txt'"
+    ):
+        keras_attn.txt  # noqa: B018
+    assert not hasattr(keras_attn, "tokenizers")
+    assert SUBPACKAGES <= set(dir(keras_attn))
