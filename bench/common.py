@@ -55,6 +55,19 @@ def add_torch_threads_flag(parser):
     )
 
 
+def check_torch_threads_flag(parser, args):
+    """Refuses `--torch-threads` off torch or below 1 (`parser.error`)."""
+    if args.torch_threads is not None and args.backend != "torch":
+        parser.error(
+            "--torch-threads applies to --backend torch only. "
+            f"Received: --backend {args.backend}"
+        )
+    if args.torch_threads is not None and args.torch_threads < 1:
+        parser.error(
+            f"--torch-threads must be >= 1. Received: --torch-threads={args.torch_threads}"
+        )
+
+
 def configure_torch(threads=None):
     """On torch, applies `threads`; returns a line naming the build.
 

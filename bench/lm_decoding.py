@@ -36,6 +36,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import common  # noqa: E402  (no Keras import: the backend is chosen in main)
 
 FULL = dict(
     vocabulary_size=8000,
@@ -66,25 +69,11 @@ def parse_args(argv=None):
     )
     parser.add_argument("--runs", type=int, default=5, help="timed runs per side")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run")
-    parser.add_argument(
-        "--torch-threads",
-        type=int,
-        default=None,
-        help="torch only: torch.set_num_threads(N) (default: torch's, one per "
-        "core; see bench/README.md, 'torch builds')",
-    )
+    common.add_torch_threads_flag(parser)
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs must be >= 1. Received: --runs={args.runs}")
-    if args.torch_threads is not None and args.backend != "torch":
-        parser.error(
-            "--torch-threads applies to --backend torch only. "
-            f"Received: --backend {args.backend}"
-        )
-    if args.torch_threads is not None and args.torch_threads < 1:
-        parser.error(
-            f"--torch-threads must be >= 1. Received: --torch-threads={args.torch_threads}"
-        )
+    common.check_torch_threads_flag(parser, args)
     return args
 
 
@@ -200,15 +189,13 @@ def main(argv=None):
     os.environ["KERAS_BACKEND"] = args.backend
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(ROOT / "bench"))
     import keras
     import numpy as np
-    from common import configure_torch, interleaved_medians, load_line
 
-    torch_build = configure_torch(args.torch_threads)
+    torch_build = common.configure_torch(args.torch_threads)
     if torch_build:
         print(torch_build, flush=True)
-    print(load_line("at start"), flush=True)
+    print(common.load_line("at start"), flush=True)
 
     shape = SMOKE if args.smoke else FULL
     runs = 1 if args.smoke else args.runs
@@ -237,7 +224,7 @@ def main(argv=None):
         name: (lambda side=side: side.predict_on_batch(prompts))
         for name, side in sides.items()
     }
-    medians = interleaved_medians(functions, windows=runs, steps_per_window=1)
+    medians = common.interleaved_medians(functions, windows=runs, steps_per_window=1)
     output_tokens = shape["batch_size"] * shape["new_tokens"]
     print(f"\n{'side':<12} {'median s':>10} {'tokens/s':>10}")
     for name, seconds in medians.items():
@@ -246,7 +233,7 @@ def main(argv=None):
     print(f"\nkeras-attn speed / keras-hub speed: {ratio:.2f}x")
     if torch_build:
         print(torch_build)
-    print(load_line("at end"))
+    print(common.load_line("at end"))
     return medians
 
 

@@ -331,15 +331,7 @@ def parse_args(argv=None):
         "default for torch, eager steps",
     )
     args = parser.parse_args(argv)
-    if args.torch_threads is not None and args.backend != "torch":
-        parser.error(
-            "--torch-threads applies to --backend torch only. "
-            f"Received: --backend {args.backend}"
-        )
-    if args.torch_threads is not None and args.torch_threads < 1:
-        parser.error(
-            f"--torch-threads must be >= 1. Received: --torch-threads={args.torch_threads}"
-        )
+    common.check_torch_threads_flag(parser, args)
     if args.steps_per_execution is not None and args.steps_per_execution < 1:
         parser.error(
             "--steps-per-execution must be >= 1. "

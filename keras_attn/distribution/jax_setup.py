@@ -7,6 +7,7 @@ import jax
 import keras
 
 from keras_attn.distribution.even_batches import check_dataset_batches, check_rows
+from keras_attn.distribution.training_distribution import check_each_device_once
 from keras_attn.models.transformer_layout import transformer_layout_map
 
 BATCH_AXIS = "batch"
@@ -139,15 +140,7 @@ def check_devices(devices):
             f"The devices that exist: {existing}. Received: devices={devices!r}"
         )
     canonical = [f"{found[name].platform}:{found[name].id}" for name in devices]
-    seen = {}
-    for name, device in zip(devices, canonical):
-        if device in seen:
-            raise ValueError(
-                "`devices` must name each device once; "
-                f"{seen[device]!r} and {name!r} are the same device ({device}). "
-                f"Received: devices={devices!r}"
-            )
-        seen[device] = name
+    check_each_device_once(devices, canonical)
     return canonical
 
 

@@ -6,6 +6,7 @@ import os
 import tensorflow as tf
 
 from keras_attn.distribution.even_batches import check_dataset_batches
+from keras_attn.distribution.training_distribution import check_each_device_once
 
 
 class _EvenBatches:
@@ -113,20 +114,8 @@ def check_devices(devices):
             f"The devices that exist: {existing}. Received: devices={devices!r}"
         )
     names = [local[_device_key(name)] for name in devices]
-    _check_no_duplicates(devices, names)
+    check_each_device_once(devices, names)
     return names
-
-
-def _check_no_duplicates(devices, canonical):
-    seen = {}
-    for name, device in zip(devices, canonical):
-        if device in seen:
-            raise ValueError(
-                "`devices` must name each device once; "
-                f"{seen[device]!r} and {name!r} are the same device ({device}). "
-                f"Received: devices={devices!r}"
-            )
-        seen[device] = name
 
 
 def default_devices():

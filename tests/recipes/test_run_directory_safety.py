@@ -15,9 +15,9 @@ from pathlib import Path
 
 import keras
 import pytest
+from untrained_runs import write_untrained_run
 
-from keras_attn.models import Transformer
-from keras_attn.text import SubwordTokenizer, Translator, load_multi30k
+from keras_attn.text import Translator
 from keras_attn_recipes import run_lock, translate_multi30k
 from keras_attn_recipes.plots import plot_learning_curves
 from keras_attn_recipes.run_lock import (
@@ -25,7 +25,6 @@ from keras_attn_recipes.run_lock import (
     RunDirectoryBusy,
     hold_run_directory,
 )
-from keras_attn_recipes.translation_config import SETTINGS
 from keras_attn_recipes.translation_preset import save_preset
 from keras_attn_recipes.translation_steps import AtomicEpochCheckpoint
 
@@ -83,19 +82,7 @@ def leftovers(directory):
 def run_dir(tmp_path_factory):
     """A run directory as `train` leaves it, from an untrained tiny model."""
     directory = tmp_path_factory.mktemp("run")
-    sources, targets = load_multi30k("val")
-    tokenizer = SubwordTokenizer.train(sources[:200] + targets[:200], 120)
-    tokenizer.save(directory / "tokenizer")
-    config = SETTINGS["tiny"].replace(vocabulary_size=tokenizer.vocabulary_size)
-    (directory / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
-    (directory / "training.json").write_text(json.dumps({"updates": 7}))
-    keras.utils.set_random_seed(0)
-    model = Transformer.from_preset(
-        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
-    )
-    (directory / "checkpoints").mkdir()
-    model.save(directory / "checkpoints" / "epoch_001.keras")
-    model.save(directory / "model.keras")
+    write_untrained_run(directory)
     return directory
 
 

@@ -1,14 +1,13 @@
 """`save-preset` turns a trained run directory into a preset that loads whole."""
 
-import dataclasses
 import json
 
 import keras
 import numpy as np
 import pytest
+from untrained_runs import write_untrained_run
 
-from keras_attn.models import Transformer
-from keras_attn.text import SubwordTokenizer, Translator, load_multi30k
+from keras_attn.text import Translator
 from keras_attn_recipes import translate_multi30k
 from keras_attn_recipes.translation_config import SETTINGS
 from keras_attn_recipes.translation_steps import load_translator
@@ -20,21 +19,7 @@ SENTENCES = ["A dog runs.", "Two men talk in the street."]
 def run_dir(tmp_path_factory):
     """A run directory as `train` leaves it, from an untrained tiny model."""
     directory = tmp_path_factory.mktemp("run")
-    sources, targets = load_multi30k("val")
-    tokenizer = SubwordTokenizer.train(sources[:200] + targets[:200], 120)
-    tokenizer.save(directory / "tokenizer")
-    config = SETTINGS["tiny"].replace(vocabulary_size=tokenizer.vocabulary_size)
-    (directory / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
-    (directory / "training.json").write_text(json.dumps({"updates": 7}))
-    keras.utils.set_random_seed(0)
-    model = Transformer.from_preset(
-        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
-    )
-    (directory / "checkpoints").mkdir()
-    for epoch in (1, 2):
-        model.set_weights([w + 0.01 * epoch for w in model.get_weights()])
-        model.save(directory / "checkpoints" / f"epoch_{epoch:03d}.keras")
-    model.save(directory / "model.keras")
+    write_untrained_run(directory, epochs=2)
     score = {"bleu": 1.5, "bleu_signature": "nrefs:1|case:mixed|tok:13a"}
     (directory / "test_2016_flickr.beam.avg2.bleu.json").write_text(json.dumps(score))
     return directory
