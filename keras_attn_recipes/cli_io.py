@@ -18,6 +18,10 @@ class RunDirectoryError(ValueError):
     """A run directory (`--output-dir`) or a file in it that cannot be used."""
 
 
+class PresetError(ValueError):
+    """A `--preset` that cannot be used, or a flag a preset cannot take."""
+
+
 def split_lines(text):
     """Lines split on newline only (`\\n` or `\\r\\n`), so outputs align.
 
@@ -132,6 +136,19 @@ def check_preset_dir_apart(preset_dir, output_dir, run_flag="--output-dir"):
             "directory), neither inside nor around it: the preset's config.json "
             "and weights would replace or move the run's files. Received: "
             f"--preset-dir {str(preset_dir)!r}, {run_flag} {str(output_dir)!r}"
+        )
+
+
+def check_export_apart_from_preset(output, preset_dir):
+    """Refuses an export `--output` that is, holds or lies in the `--preset`
+    directory: a preset is only read, and the export would replace or move
+    its files."""
+    if _inside(output, preset_dir) or _inside(preset_dir, output):
+        raise PresetError(
+            "--output must be a directory apart from the --preset directory, "
+            "neither inside nor around it: a preset is only read, and the "
+            f"SavedModel would replace its files. Received: --output "
+            f"{str(output)!r}, --preset directory {str(preset_dir)!r}"
         )
 
 

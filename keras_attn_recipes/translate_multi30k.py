@@ -7,6 +7,9 @@
     python recipes/translate_multi30k.py translate --output-dir runs/full "A dog runs."
     echo "Two men talk." | python recipes/translate_multi30k.py translate
     python recipes/translate_multi30k.py export --output-dir runs/full --output runs/full/saved_model
+    python recipes/translate_multi30k.py translate --preset multi30k_en_de "A dog runs."
+    python recipes/translate_multi30k.py evaluate --preset ./presets/my_preset
+    python recipes/translate_multi30k.py export --preset multi30k_en_de --output saved_model
     python recipes/translate_multi30k.py save-preset --output-dir runs/full --preset-dir presets/multi30k_en_de --average-last 5 --dtype float16
 
 Installed, the same command line is `keras-attn-translate ...`.
@@ -21,6 +24,12 @@ data (`translation_config.py`); `--set key=value` overrides one (values
 are JSON literals or strings, never code). Training length is counted in optimizer updates (`train_steps`; or
 `epochs`), so a setting gives the same model on any machine. `--distribute {data,model}` and `--mesh` spread training over devices
 (docs/distribution.md).
+
+`translate`, `evaluate` and `export` read either a run directory
+(`--output-dir`) or a trained preset (`--preset NAME|DIR`: a shipped
+preset's name, or a preset directory given as a path, `./my_preset`),
+not both (neither: `runs/multi30k`). A preset is only read: `evaluate --preset` prints
+its scores and writes no file, and takes no lock.
 """
 
 import argparse
@@ -33,7 +42,9 @@ from pathlib import Path
 
 from keras_attn_recipes.cli_io import (
     InputError,
+    PresetError,
     RunDirectoryError,
+    check_export_apart_from_preset,
     check_output_dir,
     check_output_is_not_input,
     check_output_writable,
@@ -59,6 +70,7 @@ EXAMPLE_SENTENCES = [
     "Two dogs are playing in the snow.",
     "A little girl is eating an ice cream.",
 ]
+DEFAULT_RUN_DIR = Path("runs/multi30k")
 
 
 def _parse_override(text):
@@ -97,14 +109,34 @@ def _parse_mesh(args, parser):
         parser.error(f"argument --mesh: {error}")
 
 
-def _add_common_arguments(sub):
+def _add_common_arguments(sub, preset=False):
+    """`--backend`, `--output-dir` and `--data-dir`; with `preset`, the run
+    directory or `--preset`, not both (argparse says so; neither means the
+    default run directory, as before `--preset` existed)."""
     sub.add_argument(
         "--backend",
         choices=("jax", "tensorflow", "torch"),
         default=None,
         help="Keras backend (default: $KERAS_BACKEND or jax).",
     )
-    sub.add_argument("--output-dir", type=Path, default=Path("runs/multi30k"))
+    if preset:
+        source = sub.add_mutually_exclusive_group()
+        source.add_argument(
+            "--output-dir",
+            type=Path,
+            default=None,
+            help=f"The run directory (default: {DEFAULT_RUN_DIR}).",
+        )
+        source.add_argument(
+            "--preset",
+            default=None,
+            metavar="NAME|DIR",
+            help="A trained preset in place of a run directory: a shipped "
+            "name (multi30k_en_de) or a preset directory given as a path "
+            "(./my_preset). Its decoding settings are the preset's.",
+        )
+    else:
+        sub.add_argument("--output-dir", type=Path, default=DEFAULT_RUN_DIR)
     sub.add_argument(
         "--data-dir",
         type=Path,
@@ -157,7 +189,7 @@ def _add_evaluation_arguments(sub):
 
 def _add_translate_command(commands):
     translate = commands.add_parser("translate", help="Translate sentences.")
-    _add_common_arguments(translate)
+    _add_common_arguments(translate, preset=True)
     translate.add_argument("sentences", nargs="*")
     translate.add_argument("--input", type=Path, help="One sentence per line.")
     translate.add_argument("--output", type=Path, help="Write here, not stdout.")
@@ -168,7 +200,7 @@ def _add_export_command(commands):
     export = commands.add_parser(
         "export", help="Write a SavedModel that translates raw strings."
     )
-    _add_common_arguments(export)
+    _add_common_arguments(export, preset=True)
     export.add_argument("--output", type=Path, required=True, help="SavedModel dir.")
     export.add_argument("--strategy", choices=("beam", "greedy"), default="beam")
 
@@ -211,8 +243,11 @@ def parse_args(argv=None):
     train = commands.add_parser("train", help="Train (resumes if restarted).")
     _add_common_arguments(train)
     _add_training_arguments(train)
-    evaluate = commands.add_parser("evaluate", help="BLEU and chrF on a split.")
-    _add_common_arguments(evaluate)
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="BLEU and chrF on a split (with --preset: printed, no file written).",
+    )
+    _add_common_arguments(evaluate, preset=True)
     _add_evaluation_arguments(evaluate)
     _add_translate_command(commands)
     _add_export_command(commands)
@@ -222,6 +257,8 @@ def parse_args(argv=None):
     _add_training_arguments(everything)
     _add_evaluation_arguments(everything)
     args = parser.parse_args(argv)
+    if args.output_dir is None and getattr(args, "preset", None) is None:
+        args.output_dir = DEFAULT_RUN_DIR
     if getattr(args, "mesh", None) is not None:
         args.mesh = _parse_mesh(args, parser)
     return args
@@ -244,10 +281,13 @@ def _check_before_work(args):
         )
     config = sentences = None
     try:
-        check_output_dir(args.output_dir)
+        if getattr(args, "preset", None) is not None:
+            _check_preset(args)
+        else:
+            check_output_dir(args.output_dir)
         if args.command == "save-preset":
             check_preset_dir_apart(args.preset_dir, args.output_dir)
-    except (InputError, RunDirectoryError) as error:
+    except (InputError, PresetError, RunDirectoryError) as error:
         sys.exit(f"error: {error}")
     if args.command in ("train", "all"):
         try:
@@ -270,6 +310,51 @@ def _check_before_work(args):
         except InputError as error:
             sys.exit(f"error: {error}")
     return config, sentences
+
+
+def _check_preset(args):
+    """Refuses a `--preset` that names no preset (the library's rule: a bare
+    name is a shipped preset only, a directory is given as a path) and the
+    flags a preset cannot take, before the model loads."""
+    from keras_attn.models.preset_io import preset_directory
+
+    if getattr(args, "average_last", None) is not None:
+        raise PresetError(
+            "--average-last averages a run directory's epoch checkpoints; a "
+            "preset holds one set of weights. Received: --preset "
+            f"{args.preset!r}, --average-last {args.average_last}"
+        )
+    try:
+        directory = preset_directory(args.preset)
+    except (ValueError, FileNotFoundError) as error:
+        raise PresetError(f"--preset: {error}") from None
+    if args.command == "export":
+        check_export_apart_from_preset(args.output, directory)
+    return directory
+
+
+def _use_preset(args, sentences):
+    """`translate`, `evaluate` and `export` of a preset; it is only read, so
+    no lock is taken."""
+    from keras_attn_recipes import translation_steps as steps
+
+    if args.command == "evaluate":
+        steps.evaluate_preset(args.preset, args.data_dir, args.split, args.strategy)
+    elif args.command == "export":
+        steps.export_preset(args.preset, args.output, args.strategy)
+    else:
+        _print_translations(
+            args, steps.translate_preset(args.preset, sentences, args.strategy)
+        )
+
+
+def _print_translations(args, translations):
+    """One line per translation, to `--output` or standard output."""
+    text = "".join(line + "\n" for line in translations)
+    if args.output:
+        _write_output(args.output, text)
+    else:
+        sys.stdout.write(text)
 
 
 def _train_and_evaluate(args, config):
@@ -315,12 +400,9 @@ def _use_trained_run(args, sentences, argv):
             command=" ".join(["keras-attn-translate", *(argv or sys.argv[1:])]),
         )
     if args.command == "translate":
-        translations = steps.translate(args.output_dir, sentences, args.strategy)
-        text = "".join(line + "\n" for line in translations)
-        if args.output:
-            _write_output(args.output, text)
-        else:
-            sys.stdout.write(text)
+        _print_translations(
+            args, steps.translate(args.output_dir, sentences, args.strategy)
+        )
 
 
 def _write_output(path, text):
@@ -347,14 +429,16 @@ def main(argv=None):
         reuse_freed_host_memory()
     config, sentences = _check_before_work(args)
     try:
-        if args.command in ("train", "evaluate", "all"):
+        if getattr(args, "preset", None) is not None:
+            _use_preset(args, sentences)
+        elif args.command in ("train", "evaluate", "all"):
             with _run_directory_lock(args):
                 if config is not None:  # `train`, `all`: ours to tidy
                     remove_partial_files(args.output_dir)
                 _train_and_evaluate(args, config)
         else:
             _use_trained_run(args, sentences, argv)
-    except (RunDirectoryBusy, RunDirectoryError) as error:
+    except (RunDirectoryBusy, RunDirectoryError, PresetError) as error:
         sys.exit(f"error: {error}")
 
 

@@ -35,7 +35,7 @@ from keras_attn.training import (
     average_checkpoints,
     paper_adam,
 )
-from keras_attn_recipes.cli_io import RunDirectoryError
+from keras_attn_recipes.cli_io import PresetError, RunDirectoryError
 from keras_attn_recipes.plots import plot_attention, plot_learning_curves
 from keras_attn_recipes.translation_config import TranslationConfig, check_resumable
 from keras_attn_recipes.update_budget import UpdateBudget, fit_epochs
@@ -428,7 +428,13 @@ def evaluate(
         average_last = config.average_checkpoints
     for name in (["val"] if validation and split != "val" else []) + [split]:
         report, first_source = _evaluate_split(
-            translator, config, output_dir, data_dir, name, strategy, average_last
+            translator,
+            config.evaluation_pairs,
+            output_dir,
+            data_dir,
+            name,
+            strategy,
+            average_last,
         )
     save_attention_plot(translator, first_source, output_dir / "cross_attention.png")
     return report
@@ -445,9 +451,11 @@ def translate_with_progress(translator, sources, chunk=256):
 
 
 def _evaluate_split(
-    translator, config, output_dir, data_dir, split, strategy, average_last
+    translator, limit, output_dir, data_dir, split, strategy, average_last
 ):
-    sources, references = _load(data_dir, split, config.evaluation_pairs)
+    """Scores the first `limit` pairs of `split` (all with `None`); writes the
+    translations and scores into `output_dir` unless it is `None`."""
+    sources, references = _load(data_dir, split, limit)
     start = time.time()
     hypotheses = translate_with_progress(translator, sources)
     seconds = time.time() - start
@@ -457,6 +465,8 @@ def _evaluate_split(
         f"\n{split} ({len(sources)} sentences, {strategy}{averaged}, "
         f"{seconds:.0f} s):\n{report}"
     )
+    if output_dir is None:
+        return report, sources[0]
     stem = f"{split}.{strategy}" + (f".avg{average_last}" if average_last > 1 else "")
     write_text_atomically(output_dir / f"{stem}.de", "\n".join(hypotheses) + "\n")
     write_text_atomically(
@@ -514,17 +524,66 @@ def print_translations(output_dir, sentences, strategy="beam"):
 
 def export(output_dir, export_dir, strategy="beam"):
     """Writes the trained translator as a text-in, text-out SavedModel."""
+    translator, config = load_translator(output_dir, strategy)
+    return _export(
+        translator, export_dir, strategy, config.beam_size, config.length_penalty_alpha
+    )
+
+
+def _export(translator, export_dir, strategy, beam_size, length_penalty_alpha):
     from keras_attn.export import export_translator
 
-    translator, config = load_translator(output_dir, strategy)
     start = time.time()
     export_translator(
         translator.model,
         translator.tokenizer,
         export_dir,
         strategy=strategy,
-        beam_size=config.beam_size,
-        length_penalty_alpha=config.length_penalty_alpha,
+        beam_size=beam_size,
+        length_penalty_alpha=length_penalty_alpha,
     )
     print(f"Exported in {time.time() - start:.0f} s to {export_dir}.")
     return Path(export_dir)
+
+
+# --- A trained preset in place of a run directory ---------------------------
+
+
+def load_preset_translator(preset, strategy="beam"):
+    """`Translator.from_preset(preset, strategy=...)`: with beam search, the
+    preset's beam settings (`metadata.json`'s `"decoding"`). A preset that
+    cannot be loaded as a translator becomes a `PresetError`."""
+    try:
+        return Translator.from_preset(preset, strategy=strategy)
+    except (ValueError, FileNotFoundError) as error:
+        raise PresetError(f"--preset: {error}") from None
+
+
+def translate_preset(preset, sentences, strategy="beam"):
+    return load_preset_translator(preset, strategy).translate(sentences)
+
+
+def evaluate_preset(preset, data_dir=None, split="test_2016_flickr", strategy="beam"):
+    """sacreBLEU and chrF of a preset on `split`, printed; nothing is written
+    (a preset is only read)."""
+    translator = load_preset_translator(preset, strategy)
+    print(f"Preset {preset}:")
+    report, _ = _evaluate_split(
+        translator, None, None, data_dir, split, strategy, average_last=1
+    )
+    return report
+
+
+def export_preset(preset, export_dir, strategy="beam"):
+    """Writes a preset's translator as a text-in, text-out SavedModel, with
+    the beam settings `Translator.from_preset` uses."""
+    translator = load_preset_translator(preset, strategy)
+    sampler = translator.generator.sampler
+    # With greedy search the beam settings are unused.
+    return _export(
+        translator,
+        export_dir,
+        strategy,
+        getattr(sampler, "num_beams", 4),
+        getattr(sampler, "length_penalty_alpha", 0.6),
+    )
