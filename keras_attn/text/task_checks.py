@@ -61,9 +61,18 @@ def check_tokenizer_matches(tokenizer, model):
 
 def load_preset(preset, model_class, dtype):
     """`(directory, model, tokenizer)` of a trained preset of `model_class`."""
-    from keras_attn.models.preset_io import preset_directory
+    from keras_attn.models.preset_io import preset_directory, shipped_presets
 
-    directory = preset_directory(preset, model_class.presets)
+    if isinstance(preset, str) and preset in model_class.presets:
+        # A shape with random weights: no tokenizer, nothing to translate.
+        raise ValueError(
+            f"{preset!r} is an architecture preset of {model_class.__name__} "
+            "(a shape with random weights and no tokenizer); a task object "
+            "needs a trained preset with its tokenizer: "
+            f"{', '.join(shipped_presets())}, or a preset directory's path. "
+            f"Received: preset={preset!r}"
+        )
+    directory = preset_directory(preset)
     overrides = {} if dtype is None else {"dtype": dtype}
     model = model_class.from_preset(directory, **overrides)
     return directory, model, SubwordTokenizer.from_preset(directory)

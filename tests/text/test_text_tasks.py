@@ -10,6 +10,7 @@ from keras_attn.text import (
     SubwordTokenizer,
     TextClassifier,
     TextGenerator,
+    Translator,
     load_multi30k,
 )
 
@@ -213,3 +214,15 @@ def test_translator_sources_longer_than_learned_positions(tokenizer):
     with pytest.warns(UserWarning, match="1 of 2 sentences are longer than"):
         texts = translator.translate(["word " * 40, "A dog."])
     assert len(texts) == 2
+
+
+@pytest.mark.parametrize(
+    "task, architecture",
+    [(Translator, "transformer_tiny"), (TextGenerator, "lm_tiny")],
+)
+def test_an_architecture_preset_is_no_task_preset(task, architecture):
+    # Named as what it is, not listed as known and then refused as unknown.
+    with pytest.raises(ValueError, match="is an architecture preset of") as info:
+        task.from_preset(architecture)
+    assert "multi30k_en_de" in str(info.value)
+    assert f"Received: preset={architecture!r}" in str(info.value)
