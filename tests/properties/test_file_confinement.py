@@ -14,9 +14,10 @@ import shutil
 import keras
 import numpy as np
 import pytest
+from untrained_runs import untrained_model_and_tokenizer
 
 from keras_attn.models import TransformerLM, preset_io
-from keras_attn.text import SubwordTokenizer, TextGenerator, Translator, load_multi30k
+from keras_attn.text import SubwordTokenizer, TextGenerator, Translator
 from keras_attn.training import AtomicBackupAndRestore
 
 # --- Backups --------------------------------------------------------------
@@ -116,12 +117,7 @@ def test_ending_fit_deletes_only_the_callbacks_own_files(tmp_path):
 @pytest.fixture(scope="module")
 def saved_preset(tmp_path_factory):
     """A tiny `TransformerLM` preset with a SentencePiece tokenizer."""
-    sources, targets = load_multi30k("val")
-    tokenizer = SubwordTokenizer.train(sources[:200] + targets[:200], 120)
-    keras.utils.set_random_seed(0)
-    model = TransformerLM.from_preset(
-        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size
-    )
+    model, tokenizer = untrained_model_and_tokenizer(TransformerLM, "lm_tiny")
     directory = tmp_path_factory.mktemp("saved") / "preset"
     model.save_to_preset(directory, tokenizer=tokenizer)
     return directory, model

@@ -6,11 +6,10 @@ import os
 import subprocess
 import sys
 
-import keras
 import pytest
+from untrained_runs import untrained_model_and_tokenizer
 
-from keras_attn.models import Transformer
-from keras_attn.text import SubwordTokenizer, Translator, load_multi30k
+from keras_attn.text import Translator, load_multi30k
 from keras_attn_recipes import translate_multi30k
 
 SENTENCES = ["A dog runs.", "Two men are talking in the street."]
@@ -33,12 +32,7 @@ print(json.dumps([t.decode("utf-8") for t in out["translations"].numpy()]))
 @pytest.fixture(scope="module")
 def preset_dir(tmp_path_factory):
     """A preset written by `save_to_preset` from an untrained tiny model."""
-    sources, targets = load_multi30k("val")
-    tokenizer = SubwordTokenizer.train(sources[:200] + targets[:200], 120)
-    keras.utils.set_random_seed(0)
-    model = Transformer.from_preset(
-        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
-    )
+    model, tokenizer = untrained_model_and_tokenizer()
     directory = tmp_path_factory.mktemp("presets") / "tiny_en_de"
     model.save_to_preset(
         directory, tokenizer=tokenizer, metadata={"decoding": DECODING}

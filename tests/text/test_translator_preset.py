@@ -2,23 +2,17 @@
 
 import json
 
-import keras
 import pytest
+from untrained_runs import untrained_model_and_tokenizer
 
-from keras_attn.models import Transformer
-from keras_attn.text import SubwordTokenizer, Translator, load_multi30k
+from keras_attn.text import SubwordTokenizer, Translator
 
 SENTENCES = ["A dog runs.", "", "Two men talk in the street."]
 
 
 @pytest.fixture(scope="module")
 def preset(tmp_path_factory):
-    sources, targets = load_multi30k("val")
-    tokenizer = SubwordTokenizer.train(sources[:200] + targets[:200], 120)
-    keras.utils.set_random_seed(0)
-    model = Transformer.from_preset(
-        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
-    )
+    model, tokenizer = untrained_model_and_tokenizer()
     directory = tmp_path_factory.mktemp("preset")
     model.save_to_preset(
         directory,
