@@ -25,24 +25,21 @@ from keras_attn.generation.decoding_inputs import MAX_LENGTH_OFFSET  # noqa: F40
 _COPY = -1.0e9
 # Log-probability of a continuation that can not be taken (after the end,
 # or where a prompt fixes the token): finite, so sums stay NaN-free, and
-# far below `_COPY` and the -1e9 of `suppress_ids`.
+# far below `_COPY` and the -1e9 of banned ids in `step_log_probs`.
 MASKED = -1.0e18
 
 
-def suppress_ids(logits, token_ids, value=-1.0e9):
-    """Sets the logits of `token_ids` (padding, start) to `value`.
+def banned_ids(vocabulary_size, token_ids):
+    """Boolean `(vocabulary,)`: where `token_ids` (padding, start) stand.
 
     A decoder must never emit the padding or start token; without this an
     undertrained model can, and detokenization would silently drop it.
-    The loop scores hypotheses with the finite default (sums stay NaN-free)
-    and hands the sampler `-inf`, which no temperature brings back: a finite
-    value divided by a temperature of 1e9 is -1, as likely as any token.
     """
-    vocabulary = ops.arange(ops.shape(logits)[-1], dtype="int32")
+    vocabulary = ops.arange(vocabulary_size, dtype="int32")
     banned = ops.zeros_like(vocabulary, dtype="bool")
     for token_id in token_ids:
         banned = ops.logical_or(banned, ops.equal(vocabulary, token_id))
-    return ops.where(banned, value, logits)
+    return banned
 
 
 def cached_step(model):
@@ -171,8 +168,12 @@ def step_log_probs(step, state, suppressed_ids):
     vocabulary_size = ops.shape(logits)[-1]
     # (batch * beams, vocabulary) -> (batch, beams, vocabulary)
     logits = ops.reshape(logits, (batch_size, beams, vocabulary_size))
-    log_probs = ops.log_softmax(suppress_ids(logits, suppressed_ids), axis=-1)
-    return suppress_ids(logits, suppressed_ids, -float("inf")), log_probs, cache
+    banned = banned_ids(vocabulary_size, suppressed_ids)  # (vocabulary,)
+    # The scores take a finite value (sums stay NaN-free); the sampler gets
+    # `-inf`, which no temperature brings back (a finite -1e9 divided by a
+    # temperature of 1e9 is -1, as likely as any token).
+    log_probs = ops.log_softmax(ops.where(banned, -1.0e9, logits), axis=-1)
+    return ops.where(banned, -float("inf"), logits), log_probs, cache
 
 
 def candidates(state, log_probs, given, pad_id):

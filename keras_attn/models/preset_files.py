@@ -9,7 +9,7 @@ with the field, the value and what was expected.
 
 from pathlib import Path
 
-from keras_attn.file_safety import read_json
+from keras_attn.file_safety import confined_path, read_json
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -28,18 +28,13 @@ def preset_file(directory, file_name):
     Raises:
         ValueError: the file resolves outside the preset folder.
     """
-    root = Path(directory).resolve()
-    path = root / file_name
-    resolved = path.resolve()
-    if resolved != root and root not in resolved.parents:
-        raise ValueError(
-            f"The preset file {str(path)!r} resolves to {str(resolved)!r}, "
-            f"outside the preset directory {str(root)!r} (a symbolic link "
-            "out of the preset). Every file of a preset must lie inside its "
-            "folder; links within the folder are followed. Copy the file "
-            "into the preset."
-        )
-    return resolved
+    return confined_path(
+        directory,
+        file_name,
+        f"The preset {str(directory)!r}",
+        what="preset file",
+        folder="the preset",
+    )
 
 
 def read_preset_file(directory, file_name):
