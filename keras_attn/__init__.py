@@ -25,8 +25,7 @@ JAX and torch.
 import importlib
 
 from keras_attn import distribution, generation, layers, models, saving, training
-
-__version__ = "0.1.0"
+from keras_attn.version import __version__
 
 # Loaded by `__getattr__` on first use: they import TensorFlow.
 _LAZY_SUBPACKAGES = ("export", "text")

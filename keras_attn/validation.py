@@ -175,8 +175,10 @@ def check_positive_float(value, name, allow_none=False):
     )
 
 
-def check_rate(value, name="dropout"):
+def check_rate(value, name="dropout", allow_none=False):
     """A probability in `[0, 1)`, as dropout rates are, as a `float`."""
+    if allow_none and value is None:
+        return None
     if not is_real(value):
         raise TypeError(
             f"`{name}` must be a float in [0, 1). {_received(name, value)} "
@@ -187,10 +189,6 @@ def check_rate(value, name="dropout"):
             f"`{name}` must be a float in [0, 1). {_received(name, value)}"
         )
     return float(value)
-
-
-# The name the layers have used since the first release.
-check_dropout_rate = check_rate
 
 
 def check_bool(value, name, allow_none=False):

@@ -1,8 +1,9 @@
 """Settings of the Multi30k translation recipe: plain data, overridable."""
 
+import collections.abc
 import dataclasses
+import functools
 import json
-import math
 from pathlib import Path
 
 # Settings that define the model, its tokenizer and its data: a run
@@ -25,9 +26,6 @@ MODEL_SETTINGS = (
 )
 
 LEARNING_RATE_DECAYS = ("inverse_sqrt", "cosine")
-# `keras_attn.text.pipeline.DEFAULT_BUCKET_LENGTHS`, not imported: this
-# module loads no TensorFlow (`--backend` must take effect first).
-DEFAULT_BUCKET_LENGTHS = (8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,99 +93,21 @@ class TranslationConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if not isinstance(self.preset, str):
-            raise ValueError(
-                f"`preset` must be a preset name. Received: preset={self.preset!r}"
-            )
-        if not isinstance(self.normalize_first, bool):
-            raise ValueError(
-                "`normalize_first` must be true or false. "
-                f"Received: normalize_first={self.normalize_first!r}"
-            )
-        if (
-            isinstance(self.seed, bool)
-            or not isinstance(self.seed, int)
-            or not 0 <= self.seed < 2**32
-        ):
-            raise ValueError(
-                f"`seed` must be an integer in [0, 2**32). Received: seed={self.seed!r}"
-            )
-        if self.learning_rate_decay not in LEARNING_RATE_DECAYS:
-            raise ValueError(
-                f"`learning_rate_decay` must be one of {LEARNING_RATE_DECAYS}. "
-                f"Received: learning_rate_decay={self.learning_rate_decay!r}"
-            )
+        # Each field by its `keras_attn.validation` check, stored in the
+        # check's canonical type (a frozen dataclass: `object.__setattr__`).
+        for name, check in _field_checks().items():
+            object.__setattr__(self, name, check(getattr(self, name), name))
         if self.learning_rate_decay == "cosine" and self.train_steps is None:
             raise ValueError(
                 "`learning_rate_decay='cosine'` decays to zero at `train_steps`, "
                 "so it needs `train_steps` (not `epochs`). Received: "
                 f"train_steps=None, epochs={self.epochs!r}"
             )
-        if self.bucket_lengths is not None and (
-            not isinstance(self.bucket_lengths, (list, tuple))
-            or not self.bucket_lengths
-            or any(
-                isinstance(n, bool) or not isinstance(n, int) or n < 2
-                for n in self.bucket_lengths
-            )
-            or any(a >= b for a, b in zip(self.bucket_lengths, self.bucket_lengths[1:]))
-        ):
-            raise ValueError(
-                "`bucket_lengths` must be a non-empty, increasing list of "
-                "integers >= 2. "
-                f"Received: bucket_lengths={self.bucket_lengths!r}"
-            )
         if (self.train_steps is None) == (self.epochs is None):
             raise ValueError(
                 "Give exactly one of `train_steps` and `epochs`. Received: "
                 f"train_steps={self.train_steps!r}, epochs={self.epochs!r}"
             )
-        positive = (
-            "vocabulary_size",
-            "max_tokens_per_batch",
-            "max_length",
-            "warmup_steps",
-            "beam_size",
-            "average_checkpoints",
-            "steps_per_execution",
-            "subword_nbest_size",
-        )
-        optional_positive = ("num_layers", "hidden_dim", "num_heads")
-        optional_positive += ("train_steps", "epochs")
-        optional_positive += ("intermediate_dim", "train_pairs", "evaluation_pairs")
-        for name in positive + optional_positive:
-            value = getattr(self, name)
-            if value is None and name in optional_positive:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"`{name}` must be a positive integer. Received: {name}={value!r}"
-                )
-        for name, low, high in (
-            ("label_smoothing", 0.0, 1.0),
-            ("dropout", 0.0, 1.0),
-            ("attention_dropout", 0.0, 1.0),
-            ("length_penalty_alpha", 0.0, float("inf")),
-            ("subword_alpha", 0.0, float("inf")),
-            ("r_drop_alpha", 0.0, float("inf")),
-        ):
-            value = getattr(self, name)
-            if value is None and name in ("dropout", "attention_dropout"):
-                continue
-            if not _is_number(value) or not low <= value < high:
-                raise ValueError(
-                    f"`{name}` must be a number in [{low}, {high}). "
-                    f"Received: {name}={value!r}"
-                )
-        for name in ("time_budget_minutes", "learning_rate_scale"):
-            value = getattr(self, name)
-            if value is None and name == "time_budget_minutes":
-                continue
-            if not _is_number(value) or not 0 < value < math.inf:
-                raise ValueError(
-                    f"`{name}` must be a positive number (finite). "
-                    f"Received: {name}={value!r}"
-                )
 
     def model_overrides(self):
         """Constructor arguments that replace the preset's values."""
@@ -207,7 +127,14 @@ class TranslationConfig:
         return overrides
 
     def bucket_boundaries(self):
-        """The padded lengths of the training batches, `max_length` last."""
+        """The padded lengths of the training batches, `max_length` last.
+
+        Without `bucket_lengths`, the pipeline's own defaults
+        (`keras_attn.text.pipeline.DEFAULT_BUCKET_LENGTHS`).
+        """
+        # Imported here: it loads TensorFlow, which this module does not.
+        from keras_attn.text.pipeline import DEFAULT_BUCKET_LENGTHS
+
         lengths = self.bucket_lengths or DEFAULT_BUCKET_LENGTHS
         return [n for n in lengths if n < self.max_length] + [self.max_length]
 
@@ -229,8 +156,80 @@ class TranslationConfig:
         return dataclasses.replace(self, **changes)
 
 
-def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _check_bucket_lengths(value, name):
+    """`None`, or an increasing list of integers >= 2."""
+    if value is None:
+        return None
+    from keras_attn.validation import check_positive_int_sequence
+
+    lengths = list(check_positive_int_sequence(value, name))
+    if min(lengths) < 2 or any(a >= b for a, b in zip(lengths, lengths[1:])):
+        raise ValueError(
+            f"`{name}` must be an increasing list of integers >= 2. "
+            f"Received: {name}={value!r}"
+        )
+    return lengths
+
+
+def _field_checks():
+    """`{field: check(value, name)}`: every field's check, in field order.
+
+    The checks are `keras_attn.validation`'s (and beam search's own
+    `check_length_penalty_alpha`), imported here rather than at the top:
+    importing `keras_attn` loads Keras, and the command line loads this
+    module before `--backend` has chosen Keras's backend.
+    """
+    from keras_attn.generation.samplers import check_length_penalty_alpha
+    from keras_attn.validation import (
+        check_bool,
+        check_choice,
+        check_float,
+        check_positive_float,
+        check_positive_int,
+        check_rate,
+        check_seed,
+        check_string,
+    )
+
+    positive = check_positive_int
+    optional_positive = functools.partial(check_positive_int, allow_none=True)
+    # A probability that excludes 1 (label smoothing, dropout rates).
+    rate = check_rate
+    optional_rate = functools.partial(check_rate, allow_none=True)
+    non_negative = functools.partial(check_float, min_value=0.0)
+    return {
+        "preset": check_string,
+        "num_layers": optional_positive,
+        "hidden_dim": optional_positive,
+        "num_heads": optional_positive,
+        "intermediate_dim": optional_positive,
+        "dropout": optional_rate,
+        "attention_dropout": optional_rate,
+        "normalize_first": check_bool,
+        "vocabulary_size": positive,
+        "train_pairs": optional_positive,
+        "train_steps": optional_positive,
+        "epochs": optional_positive,
+        "time_budget_minutes": functools.partial(check_positive_float, allow_none=True),
+        "max_tokens_per_batch": positive,
+        "max_length": positive,
+        "bucket_lengths": _check_bucket_lengths,
+        "warmup_steps": positive,
+        "learning_rate_scale": check_positive_float,
+        "learning_rate_decay": functools.partial(
+            check_choice, choices=LEARNING_RATE_DECAYS
+        ),
+        "label_smoothing": rate,
+        "subword_nbest_size": positive,
+        "subword_alpha": non_negative,
+        "r_drop_alpha": non_negative,
+        "beam_size": positive,
+        "length_penalty_alpha": check_length_penalty_alpha,
+        "average_checkpoints": positive,
+        "steps_per_execution": positive,
+        "evaluation_pairs": optional_positive,
+        "seed": functools.partial(check_seed, allow_none=False),
+    }
 
 
 def _check_preset(name):
@@ -284,6 +283,30 @@ def check_resumable(config, output_dir):
         )
 
 
+class _NamedSettings(collections.abc.Mapping):
+    """Named settings: `TranslationConfig`s made on first use.
+
+    A setting is checked when it is made (`TranslationConfig.__post_init__`,
+    which imports `keras_attn` and so Keras); the command line lists the
+    names (`--setting`) before `--backend` has chosen Keras's backend.
+    """
+
+    def __init__(self, fields_by_name):
+        self._fields_by_name = fields_by_name
+        self._configs = {}
+
+    def __getitem__(self, name):
+        if name not in self._configs:
+            self._configs[name] = TranslationConfig(**self._fields_by_name[name])
+        return self._configs[name]
+
+    def __iter__(self):
+        return iter(self._fields_by_name)
+
+    def __len__(self):
+        return len(self._fields_by_name)
+
+
 # The published text-only baseline's model ("transformer_tiny" of fairseq):
 # small data wants a small model and many updates.
 _TINY_AND_DEEP = dict(
@@ -294,65 +317,67 @@ _TINY_AND_DEEP = dict(
     intermediate_dim=256,
 )
 
-SETTINGS = {
-    # The README's main job: 2,400 updates, 9 minutes of training on 2 AMD
-    # EPYC cores with AVX-512, 17.5 on an older 2-core VM without it
-    # (docs/translation.md).
-    # A small, deep model and many updates (docs/translation.md, "Tried").
-    # A 4,000-piece vocabulary (fewer, better-trained embeddings and a
-    # cheaper output layer) and pre-norm blocks, which train stably at a
-    # peak rate of 0.0094 where post-norm stalled (docs/translation.md,
-    # "Tried": e2).
-    "quick": TranslationConfig(
-        **_TINY_AND_DEEP,
-        dropout=0.1,
-        normalize_first=True,
-        vocabulary_size=4000,
-        train_steps=2400,
-        max_tokens_per_batch=2048,
-        warmup_steps=800,
-        # Peak rate scale * (d_model * warmup)^-0.5 = 0.0094.
-        learning_rate_scale=3.0,
-        beam_size=5,
-        average_checkpoints=3,
-    ),
-    # The published text-only baseline's regime ("transformer_tiny" of
-    # fairseq: 4+4 layers, d_model 128, d_ff 256, 4 heads, 2,000 warm-up
-    # updates, 4,096-token batches, beam 5, the last checkpoints averaged)
-    # with the quick setting's changes: pre-norm blocks at a 1.5 times
-    # higher peak rate (docs/translation.md, "Tried": e4); dropout 0.2
-    # instead of the anchor's 0.3 (d2), a length penalty of 1.0 instead of
-    # 0.6, which the outputs' brevity asked for, and a 6,000-piece
-    # vocabulary, chosen on val over 2,000 to 8,000 pieces (v6k: two seeds
-    # 0.8 BLEU above 4,000 pieces on val, the same on test within a seed's
-    # noise), and a feed-forward width of 512 instead of 256 (v6f512: the
-    # best val score of all runs, 0.17 above v6k; 1.13 times v6k's time per
-    # update). 54 epochs of 150 batches.
-    "full": TranslationConfig(
-        **{**_TINY_AND_DEEP, "intermediate_dim": 512},
-        dropout=0.2,
-        normalize_first=True,
-        vocabulary_size=6000,
-        train_steps=8030,
-        max_tokens_per_batch=4096,
-        warmup_steps=2000,
-        # Peak rate scale * (d_model * warmup)^-0.5 = 0.0075 (the anchor's
-        # post-norm model: 0.005).
-        learning_rate_scale=3.795,
-        beam_size=5,
-        length_penalty_alpha=1.0,
-        average_checkpoints=10,
-    ),
-    # For tests: a few hundred pairs and a tiny model, seconds per epoch.
-    "tiny": TranslationConfig(
-        preset="transformer_tiny",
-        vocabulary_size=300,
-        train_pairs=300,
-        epochs=2,
-        max_tokens_per_batch=512,
-        max_length=64,
-        warmup_steps=50,
-        beam_size=2,
-        evaluation_pairs=16,
-    ),
-}
+SETTINGS = _NamedSettings(
+    {
+        # The README's main job: 2,400 updates, 9 minutes of training on 2 AMD
+        # EPYC cores with AVX-512, 17.5 on an older 2-core VM without it
+        # (docs/translation.md).
+        # A small, deep model and many updates (docs/translation.md, "Tried").
+        # A 4,000-piece vocabulary (fewer, better-trained embeddings and a
+        # cheaper output layer) and pre-norm blocks, which train stably at a
+        # peak rate of 0.0094 where post-norm stalled (docs/translation.md,
+        # "Tried": e2).
+        "quick": dict(
+            **_TINY_AND_DEEP,
+            dropout=0.1,
+            normalize_first=True,
+            vocabulary_size=4000,
+            train_steps=2400,
+            max_tokens_per_batch=2048,
+            warmup_steps=800,
+            # Peak rate scale * (d_model * warmup)^-0.5 = 0.0094.
+            learning_rate_scale=3.0,
+            beam_size=5,
+            average_checkpoints=3,
+        ),
+        # The published text-only baseline's regime ("transformer_tiny" of
+        # fairseq: 4+4 layers, d_model 128, d_ff 256, 4 heads, 2,000 warm-up
+        # updates, 4,096-token batches, beam 5, the last checkpoints averaged)
+        # with the quick setting's changes: pre-norm blocks at a 1.5 times
+        # higher peak rate (docs/translation.md, "Tried": e4); dropout 0.2
+        # instead of the anchor's 0.3 (d2), a length penalty of 1.0 instead of
+        # 0.6, which the outputs' brevity asked for, and a 6,000-piece
+        # vocabulary, chosen on val over 2,000 to 8,000 pieces (v6k: two seeds
+        # 0.8 BLEU above 4,000 pieces on val, the same on test within a seed's
+        # noise), and a feed-forward width of 512 instead of 256 (v6f512: the
+        # best val score of all runs, 0.17 above v6k; 1.13 times v6k's time per
+        # update). 54 epochs of 150 batches.
+        "full": dict(
+            **{**_TINY_AND_DEEP, "intermediate_dim": 512},
+            dropout=0.2,
+            normalize_first=True,
+            vocabulary_size=6000,
+            train_steps=8030,
+            max_tokens_per_batch=4096,
+            warmup_steps=2000,
+            # Peak rate scale * (d_model * warmup)^-0.5 = 0.0075 (the anchor's
+            # post-norm model: 0.005).
+            learning_rate_scale=3.795,
+            beam_size=5,
+            length_penalty_alpha=1.0,
+            average_checkpoints=10,
+        ),
+        # For tests: a few hundred pairs and a tiny model, seconds per epoch.
+        "tiny": dict(
+            preset="transformer_tiny",
+            vocabulary_size=300,
+            train_pairs=300,
+            epochs=2,
+            max_tokens_per_batch=512,
+            max_length=64,
+            warmup_steps=50,
+            beam_size=2,
+            evaluation_pairs=16,
+        ),
+    }
+)

@@ -8,12 +8,18 @@ their code. This script runs, unchanged, the test files of
 * keras-hub's `TransformerEncoder` and `TransformerDecoder`
   (`keras_hub/src/layers/modeling/transformer_encoder_test.py`,
   `transformer_decoder_test.py`),
+* Keras's `keras.layers.RMSNormalization`
+  (`keras/src/layers/normalization/rms_normalization_test.py`),
+* keras-hub's `RotaryEmbedding` and `AlibiBias`
+  (`keras_hub/src/layers/modeling/rotary_embedding_test.py`,
+  `alibi_bias_test.py`),
 
 found in a directory you give (it fetches nothing: copy the files from the
 peers' repositories at the versions installed, Keras 3.15.1 and keras-hub
 0.32.0; never commit them here). Before pytest imports them, the peers'
 classes are replaced by `keras_attn.layers.MultiHeadAttention`,
-`TransformerEncoderBlock` and `TransformerDecoderBlock`; `--peer` runs them
+`TransformerEncoderBlock`, `TransformerDecoderBlock`, `RMSNormalization`,
+`RotaryEmbedding` and `AlibiBias`; `--peer` runs them
 against the peers' own classes instead (the "before" column).
 
 Usage (one backend per run):
@@ -28,7 +34,9 @@ with the last line of its error.
 import argparse
 import collections
 import os
+import shutil
 import sys
+import tempfile
 import types
 
 # file name -> (module holding the peer's class, class name, our class name)
@@ -47,6 +55,21 @@ SUBSTITUTIONS = {
         "keras_hub.src.layers.modeling.transformer_decoder",
         "TransformerDecoder",
         "TransformerDecoderBlock",
+    ),
+    "rms_normalization_test.py": (
+        "keras.src.layers",
+        "RMSNormalization",
+        "RMSNormalization",
+    ),
+    "rotary_embedding_test.py": (
+        "keras_hub.src.layers.modeling.rotary_embedding",
+        "RotaryEmbedding",
+        "RotaryEmbedding",
+    ),
+    "alibi_bias_test.py": (
+        "keras_hub.src.layers.modeling.alibi_bias",
+        "AlibiBias",
+        "AlibiBias",
     ),
 }
 
@@ -86,6 +109,26 @@ class Tally:
                 self.failures.append((report.nodeid, reason.strip()))
 
 
+def _peer_files(peer_dir):
+    """The peer test files of `peer_dir`, under their plain names.
+
+    Files named with a version prefix (`keras_3.15.1_<name>`, not an
+    importable module name) are copied under `<name>` into a temporary
+    directory first.
+    """
+    found = {}
+    for file_name in sorted(os.listdir(peer_dir)):
+        name = next((n for n in SUBSTITUTIONS if file_name.endswith(n)), None)
+        if name is not None:
+            found[name] = os.path.join(peer_dir, file_name)
+    if all(os.path.basename(path) == name for name, path in found.items()):
+        return list(found.values())
+    copies = tempfile.mkdtemp(prefix="peer_tests_")
+    for name, path in found.items():
+        shutil.copyfile(path, os.path.join(copies, name))
+    return [os.path.join(copies, name) for name in found]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("peer_dir", help="directory holding the peer test files")
@@ -97,11 +140,7 @@ def main():
     args, pytest_args = parser.parse_known_args()
     os.environ.setdefault("KERAS_BACKEND", "jax")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    files = [
-        os.path.join(args.peer_dir, name)
-        for name in SUBSTITUTIONS
-        if os.path.exists(os.path.join(args.peer_dir, name))
-    ]
+    files = _peer_files(args.peer_dir)
     if not files:
         sys.exit(
             f"No peer test file in {args.peer_dir}: expected {list(SUBSTITUTIONS)}"
@@ -124,7 +163,7 @@ def main():
             "-q",
             "-p",
             "no:cacheprovider",
-            f"--rootdir={args.peer_dir}",
+            f"--rootdir={os.path.dirname(files[0]) if files else args.peer_dir}",
             "-c",
             os.devnull,
             *pytest_args,

@@ -161,3 +161,16 @@ def test_an_unknown_attribute_is_an_attribute_error():
         keras_attn.txt  # noqa: B018
     assert not hasattr(keras_attn, "tokenizers")
     assert SUBPACKAGES <= set(dir(keras_attn))
+
+
+def test_the_version_has_one_home():
+    # keras_attn/version.py; the root re-exports it and the build reads it.
+    tomllib = pytest.importorskip("tomllib")
+    import keras_attn.version
+
+    assert keras_attn.__version__ == keras_attn.version.__version__
+    pyproject = tomllib.loads((PACKAGE_DIR.parent / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"]
+    assert pyproject["project"]["dynamic"] == ["version"]
+    dynamic = pyproject["tool"]["setuptools"]["dynamic"]["version"]
+    assert dynamic == {"attr": "keras_attn.version.__version__"}

@@ -6,8 +6,8 @@ import os
 import jax
 import keras
 
+from keras_attn.distribution.device_names import check_each_device_once
 from keras_attn.distribution.even_batches import check_dataset_batches, check_rows
-from keras_attn.distribution.training_distribution import check_each_device_once
 from keras_attn.models.transformer_layout import transformer_layout_map
 
 BATCH_AXIS = "batch"

@@ -5,8 +5,8 @@ import os
 
 import tensorflow as tf
 
+from keras_attn.distribution.device_names import check_each_device_once
 from keras_attn.distribution.even_batches import check_dataset_batches
-from keras_attn.distribution.training_distribution import check_each_device_once
 
 
 class _EvenBatches:

@@ -212,24 +212,6 @@ def _check_devices(devices):
     return devices
 
 
-def check_each_device_once(devices, canonical):
-    """Refuses two names of one device (`"cpu:0"` and `"CPU:0"`).
-
-    Args:
-        devices: the names as the user gave them.
-        canonical: the backend's name of each, in the same order.
-    """
-    seen = {}
-    for name, device in zip(devices, canonical):
-        if device in seen:
-            raise ValueError(
-                "`devices` must name each device once; "
-                f"{seen[device]!r} and {name!r} are the same device ({device}). "
-                f"Received: devices={devices!r}"
-            )
-        seen[device] = name
-
-
 def _check_arguments(kind, mesh_shape, devices, layout_map, tf_strategy, backend):
     """The arguments checked against each other; returns them canonical."""
     kind = check_choice(kind, "kind", KINDS)

@@ -4,10 +4,13 @@ Keras writes a SavedModel from torch only through `torch_xla`, and the
 translator's SavedModel holds TensorFlow graphs (tokenization, the decoding
 `while` loop) that a torch process cannot trace. Keras's `.keras` format is
 the same on every backend, so on torch `export_translator` saves the model
-and its tokenizer to a temporary directory and runs this module as
-`python -m keras_attn.export.tensorflow_process` with
+and its tokenizer to a temporary directory and starts
+`python -m keras_attn.export.tensorflow_child` with
 `KERAS_BACKEND=tensorflow`: that process loads them and calls
 `export_translator` there. The caller's process is left as it was.
+
+This module is the parent's half and imports nothing of
+`keras_attn.export`: the child is another process, named by its module.
 """
 
 import json
@@ -19,7 +22,9 @@ from pathlib import Path
 
 import keras
 
+# What the parent asks of the child, written beside the saved model.
 REQUEST_FILE = "request.json"
+CHILD_MODULE = "keras_attn.export.tensorflow_child"
 
 
 def export_in_tensorflow_process(model, tokenizer, directory, **options):
@@ -54,7 +59,7 @@ def export_in_tensorflow_process(model, tokenizer, directory, **options):
         env = dict(os.environ, KERAS_BACKEND="tensorflow", PYTHONPATH=python_path)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         result = subprocess.run(
-            [sys.executable, "-m", __name__, str(work)],
+            [sys.executable, "-m", CHILD_MODULE, str(work)],
             env=env,
             capture_output=True,
             text=True,
@@ -67,31 +72,3 @@ def export_in_tensorflow_process(model, tokenizer, directory, **options):
                 f"{result.returncode}):\n{result.stderr[-4000:]}"
             )
     return directory
-
-
-def _main(work):
-    # Imported here: this runs in the child, with KERAS_BACKEND=tensorflow.
-    from keras_attn.export.translator_export import CONFIG_FILE, export_translator
-    from keras_attn.saving import load_model
-    from keras_attn.text import SubwordTokenizer
-
-    work = Path(work)
-    request = json.loads((work / REQUEST_FILE).read_text())
-    if keras.backend.backend() != "tensorflow":
-        raise RuntimeError(
-            "keras_attn.export.tensorflow_process runs with KERAS_BACKEND="
-            f"tensorflow. Received: {keras.backend.backend()}"
-        )
-    model = load_model(work / "model.keras", compile=False)
-    tokenizer = SubwordTokenizer.load(work / "tokenizer")
-    directory = export_translator(
-        model, tokenizer, request["directory"], **request["options"]
-    )
-    config_path = directory / "assets.extra" / CONFIG_FILE
-    settings = json.loads(config_path.read_text())
-    settings["trained_on_backend"] = request["trained_on_backend"]
-    config_path.write_text(json.dumps(settings, indent=2) + "\n")
-
-
-if __name__ == "__main__":
-    _main(sys.argv[1])

@@ -12,14 +12,16 @@ import tensorflow as tf
 from keras_attn.export.jax_stablehlo import tensorflow_compatible_stablehlo
 from keras_attn.export.tensorflow_process import export_in_tensorflow_process
 from keras_attn.file_safety import replace_directory
-from keras_attn.generation.beam_search import beam_search
-from keras_attn.generation.decoding_inputs import max_length_limit
-from keras_attn.generation.decoding_loop import MAX_LENGTH_OFFSET
-from keras_attn.generation.greedy_search import greedy_search
+from keras_attn.generation.decoding_inputs import MAX_LENGTH_OFFSET, max_length_limit
+from keras_attn.generation.samplers import (
+    BeamSampler,
+    GreedySampler,
+    check_length_penalty_alpha,
+)
+from keras_attn.generation.seq2seq import generate_seq2seq
 from keras_attn.validation import (
     check_bool,
     check_choice,
-    check_float,
     check_int,
     check_positive_int,
     check_positive_int_sequence,
@@ -59,11 +61,13 @@ def _check_max_source_length(model, max_source_length):
         return int(model.max_sequence_length)
     # Two ids at least: one token and the end id.
     max_source_length = check_int(max_source_length, "max_source_length", min_value=2)
-    if model.position == "learned" and max_source_length > model.max_sequence_length:
+    position_limit = model.position_scheme.max_length
+    if position_limit is not None and max_source_length > position_limit:
         raise ValueError(
             "`max_source_length` must be at most the model's "
-            f"max_sequence_length={model.max_sequence_length} with learned "
-            f"positions. Received: max_source_length={max_source_length}"
+            f"max_sequence_length={model.max_sequence_length} with "
+            f"{model.position_scheme.name} positions. "
+            f"Received: max_source_length={max_source_length}"
         )
     return max_source_length
 
@@ -103,6 +107,16 @@ class _ExportSettings:
     source_length_buckets: tuple | None
     batch_size_buckets: tuple | None
     jax_platforms: tuple | None
+
+    @property
+    def sampler(self):
+        """The `keras_attn.generation` sampler of the chosen search."""
+        if self.strategy == "beam":
+            return BeamSampler(
+                num_beams=self.search_options["beam_size"],
+                length_penalty_alpha=self.search_options["length_penalty_alpha"],
+            )
+        return GreedySampler()
 
 
 def _check_model_and_directory(model, tokenizer, directory):
@@ -157,9 +171,7 @@ def _check_search(strategy, beam_size, length_penalty_alpha):
         return strategy, {}
     return strategy, {
         "beam_size": check_positive_int(beam_size, "beam_size"),
-        "length_penalty_alpha": check_float(
-            length_penalty_alpha, "length_penalty_alpha", min_value=0.0
-        ),
+        "length_penalty_alpha": check_length_penalty_alpha(length_penalty_alpha),
     }
 
 
@@ -319,18 +331,16 @@ class _TextFunctions:
 
 def _decoding_function(model, tokenizer, settings, max_length=None):
     """`encoder_tokens -> {"tokens", "scores"}` with the chosen search."""
-    search = beam_search if settings.strategy == "beam" else greedy_search
-    options = dict(settings.search_options)
-    if max_length is not None:
-        options["max_length"] = max_length
+    sampler = settings.sampler
 
     def generate(encoder_tokens):
-        outputs = search(
+        outputs = generate_seq2seq(
             model,
             encoder_tokens,
             start_id=tokenizer.start_id,
             end_id=tokenizer.end_id,
-            **options,
+            sampler=sampler,
+            max_length=max_length,
         )
         return {"tokens": outputs["tokens"], "scores": outputs["scores"]}
 
@@ -357,13 +367,15 @@ def _assert_valid_tokens(tokens, name, model):
             tokens, tf.constant(vocabulary_size, tokens.dtype), message=expected
         ),
     ]
-    if model.position == "learned":
+    position_limit = model.position_scheme.max_length
+    if position_limit is not None:
         checks.append(
             tf.debugging.assert_less_equal(
                 tf.shape(tokens)[1],
-                model.max_sequence_length,
+                position_limit,
                 message=f"`{name}` must have at most max_sequence_length="
-                f"{model.max_sequence_length} positions (learned positions)",
+                f"{model.max_sequence_length} positions "
+                f"({model.position_scheme.name} positions)",
             )
         )
     return checks

@@ -1,17 +1,18 @@
 """Decoding for `keras_attn.models.Transformer` and `TransformerLM`.
 
-One loop (`decoding_loop.decode`) serves every model: it uses the model's
-key/value cache and a `keras.ops.while_loop` that stops when all sequences
-have ended. How the next token is chosen is a sampler object
+One loop (`decoding_loop.generate_tokens`) serves every model: it uses the
+model's key/value cache and a `keras.ops.while_loop` that stops when all
+sequences have ended. How the next token is chosen is a sampler object
 (`GreedySampler`, `BeamSampler`, `RandomSampler`, `TopKSampler`,
 `TopPSampler`), as in keras-hub. `generate_seq2seq` and `generate_lm` take a
-sampler; `greedy_search`, `beam_search`, `sample` are shorthands for them;
-`SequenceGenerator` runs them compiled (XLA on JAX, `tf.function` on
-TensorFlow).
+sampler; `SequenceGenerator` runs them compiled (XLA on JAX, `tf.function`
+on TensorFlow). `greedy_search`, `beam_search` and `sample` are one-line
+shorthands for `generate_seq2seq` with a sampler, kept for the paper's
+vocabulary (`beam_size`, `top_k`); new code passes a sampler.
 """
 
 from keras_attn.generation import samplers as samplers
-from keras_attn.generation.beam_search import beam_search, length_penalty
+from keras_attn.generation.beam_search import beam_search
 from keras_attn.generation.causal_lm import generate_lm
 from keras_attn.generation.greedy_search import greedy_search
 from keras_attn.generation.samplers import (
@@ -21,8 +22,10 @@ from keras_attn.generation.samplers import (
     Sampler,
     TopKSampler,
     TopPSampler,
+    filter_logits,
+    length_penalty,
 )
-from keras_attn.generation.sampling import filter_logits, sample
+from keras_attn.generation.sampling import sample
 from keras_attn.generation.seq2seq import generate_seq2seq
 from keras_attn.generation.sequence_generator import SequenceGenerator
 

@@ -1,20 +1,9 @@
-"""Beam search with the paper's length penalty and a key/value cache."""
+"""`beam_search`: a shorthand for `generate_seq2seq` with a `BeamSampler`."""
 
-from keras_attn.generation.samplers import (
-    BeamSampler,
-    check_length_penalty_alpha,
-    length_penalty,
-)
+from keras_attn.generation.samplers import from_strategy
 from keras_attn.generation.seq2seq import generate_seq2seq
-from keras_attn.validation import check_positive_int
 
-__all__ = ["beam_search", "check_beam_search_args", "length_penalty"]
-
-
-def check_beam_search_args(beam_size, length_penalty_alpha):
-    """Checks the beam options by their names."""
-    check_positive_int(beam_size, "beam_size")
-    check_length_penalty_alpha(length_penalty_alpha)
+__all__ = ["beam_search"]
 
 
 def beam_search(
@@ -28,19 +17,15 @@ def beam_search(
 ):
     """Beam search as in section 6.1 of the paper (beam 4, alpha 0.6).
 
-    `generate_seq2seq` with a `BeamSampler(beam_size, length_penalty_alpha)`.
-    Hypotheses are ranked by `log P(y | x) / lp(y)` with the GNMT length
-    penalty `lp(y) = ((5 + |y|) / 6) ** alpha`, `|y|` counting the end
-    token. At every step each live hypothesis is extended by every token and
-    the `beam_size` best-scoring candidates are kept; a hypothesis that has
-    produced `end_id` stays in the beam unchanged (extended by padding at
-    no cost) and competes with its final score. The search stops when every
-    kept hypothesis of every sentence has ended, or after `max_length`
-    tokens.
-
-    The decoder's self-attention cache is reordered with the beams; the
-    encoder output and cross-attention keys/values are computed once.
-    With `beam_size=1` the search is exactly greedy search.
+    A one-line shorthand, in the paper's words: `generate_seq2seq` with
+    `BeamSampler(num_beams=beam_size, length_penalty_alpha=...)`, which
+    documents the search. Hypotheses are ranked by `log P(y | x) / lp(y)`
+    with the GNMT length penalty `lp(y) = ((5 + |y|) / 6) ** alpha`, `|y|`
+    counting the end token. The search stops when every kept hypothesis of
+    every sentence has ended, or after `max_length` tokens; the decoder's
+    self-attention cache is reordered with the beams, the encoder output
+    and cross-attention keys/values are computed once. With `beam_size=1`
+    the search is exactly greedy search.
 
     Args:
         model: a `keras_attn.models.Transformer`.
@@ -57,13 +42,21 @@ def beam_search(
         length-normalised log-probability, and `"beam_tokens"` /
         `"beam_scores"` with all `beam_size` hypotheses, best first.
 
+    Example:
+
+    >>> model = keras_attn.models.Transformer.from_preset(
+    ...     "transformer_tiny", vocabulary_size=20)
+    >>> out = keras_attn.generation.beam_search(
+    ...     model, keras.ops.ones((2, 6), "int32"), start_id=2, end_id=3)
+    >>> tuple(out["beam_tokens"].shape)
+    (2, 4, 56)
+
     References:
         Vaswani et al., 2017, section 6.1; Wu et al., "Google's Neural
         Machine Translation System", 2016, section 7.
     """
-    check_beam_search_args(beam_size, length_penalty_alpha)
-    sampler = BeamSampler(
-        num_beams=int(beam_size), length_penalty_alpha=length_penalty_alpha
+    sampler = from_strategy(
+        "beam", beam_size=beam_size, length_penalty_alpha=length_penalty_alpha
     )
     return generate_seq2seq(
         model, encoder_tokens, start_id, end_id, sampler=sampler, max_length=max_length

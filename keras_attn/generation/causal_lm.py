@@ -13,11 +13,10 @@ from keras_attn.generation.decoding_inputs import (
     max_length_limit,
 )
 from keras_attn.generation.decoding_loop import (
-    decode,
+    generate_tokens,
     reorder_self_attention,
 )
-from keras_attn.generation.samplers import from_strategy
-from keras_attn.generation.sampling import check_sampling_args
+from keras_attn.generation.samplers import check_sampling_args, from_strategy
 from keras_attn.generation.seq2seq import decoding_result
 from keras_attn.validation import check_bool, check_choice, check_token_id
 
@@ -130,7 +129,7 @@ def _uncached_step(model, tokens, index, state):
 
 
 def _step_and_state(model, prompt_tokens, max_length, beams, use_cache):
-    """`(step, state, reorder)` for `decode`, the cache prefilled."""
+    """`(step, state, reorder)` for `generate_tokens`, the cache prefilled."""
     if not use_cache:
         return functools.partial(_uncached_step, model), (), None
     batch_size = ops.shape(prompt_tokens)[0]
@@ -169,7 +168,7 @@ def generate_lm(
     `end_id` or `max_length` tokens exist.
 
     The loop is the one every model shares
-    (`keras_attn.generation.decoding_loop.decode`); `sampler` picks the
+    (`keras_attn.generation.decoding_loop.generate_tokens`); `sampler` picks the
     strategy (greedy, beam, top-k, top-p, temperature), or the older
     `strategy` with its keyword options does. With a random sampler every
     uniform random number is drawn before
@@ -231,7 +230,7 @@ def generate_lm(
     step, state, reorder = _step_and_state(
         model, prompt_tokens, max_length, sampler.num_beams, use_cache
     )
-    tokens, scores = decode(
+    tokens, scores = generate_tokens(
         step,
         state,
         tokens,

@@ -74,8 +74,11 @@ def max_length_limit(model):
     `max_length=10000` decodes for minutes before anything is returned.
     """
     limit = int(model.max_sequence_length)
-    if model.position == "learned":
-        return limit, f"max_sequence_length={limit}, the number of learned positions"
+    scheme = model.position_scheme
+    if scheme.max_length is not None:
+        return limit, (
+            f"max_sequence_length={limit}, the number of {scheme.name} positions"
+        )
     if not hasattr(model, "encode"):
         return limit, f"max_sequence_length={limit}, the model's longest sequence"
     return limit + MAX_LENGTH_OFFSET, (
@@ -211,13 +214,14 @@ def check_source(model, encoder_tokens):
             f"encoder_tokens.shape={tuple(encoder_tokens.shape)}"
         )
     if (
-        model.position == "learned"
+        model.position_scheme.max_length is not None
         and isinstance(source_length, int)
-        and source_length > model.max_sequence_length
+        and source_length > model.position_scheme.max_length
     ):
         raise ValueError(
             "`encoder_tokens` is longer than the model's max_sequence_length="
-            f"{model.max_sequence_length} learned positions. Received: "
+            f"{model.max_sequence_length} {model.position_scheme.name} positions. "
+            "Received: "
             f"encoder_tokens.shape={tuple(encoder_tokens.shape)}"
         )
     return encoder_tokens

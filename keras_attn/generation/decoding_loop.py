@@ -1,8 +1,8 @@
 """The one decoding loop: every model, every sampler.
 
-`decode` runs token by token under a `keras.ops.while_loop` (so it compiles
-under XLA and `tf.function`) for the encoder-decoder `Transformer` and the
-decoder-only `TransformerLM` alike; a sampler object
+`generate_tokens` runs token by token under a `keras.ops.while_loop` (so it
+compiles under XLA and `tf.function`) for the encoder-decoder `Transformer`
+and the decoder-only `TransformerLM` alike; a sampler object
 (`keras_attn.generation.samplers`) says how the next token is chosen. The
 model enters through a `step` function, so the same loop runs with the
 key/value cache and without it (the baseline the tests compare against).
@@ -16,9 +16,6 @@ from typing import Any, NamedTuple
 
 import keras
 from keras import ops
-
-# `keras_attn.export` imports the + 50 rule from here.
-from keras_attn.generation.decoding_inputs import MAX_LENGTH_OFFSET  # noqa: F401
 
 # Log-probability of the placeholder beams that fill the beam at the start
 # (only the first hypothesis is real then).
@@ -235,7 +232,8 @@ def advance(state, candidates, parents, ids, cache, end_id, pad_id, reorder):
     if beams > 1:
         tokens = gather_beams(tokens, parents)
         if reorder is not None:
-            sentence_offsets = ops.arange(batch_size, dtype="int32")[:, None] * beams  # (batch, 1)
+            # (batch, 1)
+            sentence_offsets = ops.arange(batch_size, dtype="int32")[:, None] * beams
             cache = reorder(cache, ops.reshape(sentence_offsets + parents, (-1,)))
     tokens = ops.slice_update(tokens, (0, 0, state.index + 1), ids[:, :, None])
     return DecodeState(
@@ -248,7 +246,7 @@ def advance(state, candidates, parents, ids, cache, end_id, pad_id, reorder):
     )
 
 
-def decode(
+def generate_tokens(
     step,
     state,
     tokens,

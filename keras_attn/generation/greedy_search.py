@@ -1,4 +1,4 @@
-"""Greedy decoding with a key/value cache."""
+"""`greedy_search`: a shorthand for `generate_seq2seq` with a `GreedySampler`."""
 
 from keras_attn.generation.samplers import GreedySampler
 from keras_attn.generation.seq2seq import generate_seq2seq
@@ -14,7 +14,8 @@ def greedy_search(
 ):
     """Translates by taking the most likely token at every step.
 
-    `generate_seq2seq` with a `GreedySampler`: the encoder runs once;
+    A one-line shorthand: `generate_seq2seq` with a `GreedySampler`. The
+    encoder runs once;
     cross-attention keys and values are computed once per sentence and the
     decoder's self-attention keys and values once per generated token
     (`use_cache=True`). The loop is a `keras.ops.while_loop` that stops as

@@ -1,6 +1,6 @@
 """Decoding strategies as data: sampler objects for the one decoding loop.
 
-A sampler says how the next token is chosen; `keras_attn.generation.decode`
+A sampler says how the next token is chosen; `decoding_loop.generate_tokens`
 runs the loop (cache, prompts, end of sentence) for every model and every
 sampler. The names follow keras-hub's `keras_hub.samplers`.
 """
@@ -391,27 +391,52 @@ def serialize(sampler):
     return {"class_name": type(sampler).__name__, "config": sampler.get_config()}
 
 
+def check_sampling_args(top_k, top_p, temperature):
+    """Checks `strategy="sample"`'s options by those names; returns them.
+
+    `top_k` and `top_p` may be `None` (no filtering).
+    """
+    return (
+        check_positive_int(top_k, "top_k", allow_none=True),
+        check_float(top_p, "top_p", 0.0, 1.0, include_min=False, allow_none=True),
+        check_temperature(temperature),
+    )
+
+
 def from_strategy(strategy, **options):
     """The sampler of the older `strategy=` + keyword options interface.
 
     `"greedy"`; `"beam"` with `beam_size`, `length_penalty_alpha`;
-    `"sample"` with `top_k`, `top_p`, `temperature`, `seed`.
+    `"sample"` with `top_k`, `top_p`, `temperature`, `seed`. Every entry
+    point that takes a strategy name (`greedy_search`, `beam_search`,
+    `sample`, `generate_lm`, `SequenceGenerator`) comes through here, so
+    the options are checked, by the names the caller typed (`beam_size`,
+    not the sampler's `num_beams`), in this one place.
+
+    Example:
+
+    >>> sampler = keras_attn.generation.samplers.from_strategy("beam", beam_size=5)
+    >>> type(sampler).__name__, sampler.num_beams
+    ('BeamSampler', 5)
     """
     if strategy == "greedy":
         return GreedySampler()
     if strategy == "beam":
-        options = {
-            ("num_beams" if name == "beam_size" else name): value
-            for name, value in options.items()
-        }
+        if "beam_size" in options:
+            beam_size = options.pop("beam_size")
+            options["num_beams"] = check_positive_int(beam_size, "beam_size")
         return BeamSampler(**options)
     if strategy == "sample":
-        top_k, top_p = options.pop("top_k", None), options.pop("top_p", None)
+        top_k, top_p, temperature = check_sampling_args(
+            options.pop("top_k", None),
+            options.pop("top_p", None),
+            options.pop("temperature", 1.0),
+        )
         if top_p is not None:
-            return TopPSampler(p=top_p, k=top_k, **options)
+            return TopPSampler(p=top_p, k=top_k, temperature=temperature, **options)
         if top_k is not None:
-            return TopKSampler(k=top_k, **options)
-        return RandomSampler(**options)
+            return TopKSampler(k=top_k, temperature=temperature, **options)
+        return RandomSampler(temperature=temperature, **options)
     raise ValueError(
         "`strategy` must be one of ['beam', 'greedy', 'sample']. "
         f"Received: strategy={strategy!r}"

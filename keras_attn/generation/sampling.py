@@ -1,22 +1,9 @@
-"""Top-k / top-p (nucleus) sampling with a key/value cache."""
+"""`sample`: a shorthand for `generate_seq2seq` with a random sampler."""
 
-from keras_attn.generation.samplers import (
-    check_temperature,
-    filter_logits,
-    from_strategy,
-    sample_from_logits,
-)
+from keras_attn.generation.samplers import from_strategy
 from keras_attn.generation.seq2seq import generate_seq2seq
-from keras_attn.validation import check_float, check_positive_int
 
-__all__ = ["check_sampling_args", "filter_logits", "sample", "sample_from_logits"]
-
-
-def check_sampling_args(top_k, top_p, temperature):
-    """Checks the sampling options by their names (`top_k` may be `None`)."""
-    check_positive_int(top_k, "top_k", allow_none=True)
-    check_float(top_p, "top_p", 0.0, 1.0, include_min=False, allow_none=True)
-    check_temperature(temperature)
+__all__ = ["sample"]
 
 
 def sample(
@@ -33,10 +20,11 @@ def sample(
 ):
     """Samples translations, optionally from the top-k / top-p candidates.
 
-    `generate_seq2seq` with a `RandomSampler`, `TopKSampler` or
-    `TopPSampler`. All random numbers are drawn before the loop from
-    `seed`, one uniform number per sentence and step, so a seed gives the
-    same output with and without the cache and on every run.
+    A one-line shorthand: `generate_seq2seq` with a `RandomSampler`,
+    `TopKSampler` (`top_k`) or `TopPSampler` (`top_p`, with or without
+    `top_k`). All random numbers are drawn before the loop from `seed`, one
+    uniform number per sentence and step, so a seed gives the same output
+    with and without the cache and on every run.
 
     Args:
         model: a `keras_attn.models.Transformer`.
@@ -54,7 +42,6 @@ def sample(
         A dict with `"tokens"` `(batch, max_length)` and `"scores"` `(batch,)`
         (summed log-probabilities under the unfiltered model).
     """
-    check_sampling_args(top_k, top_p, temperature)
     sampler = from_strategy(
         "sample", top_k=top_k, top_p=top_p, temperature=temperature, seed=seed
     )

@@ -11,7 +11,7 @@ from keras_attn.generation.decoding_inputs import (
 )
 from keras_attn.generation.decoding_loop import (
     cached_step,
-    decode,
+    generate_tokens,
     reorder_self_attention,
     uncached_step,
 )
@@ -19,7 +19,7 @@ from keras_attn.validation import check_bool
 
 
 def _step_and_state(model, encoder_tokens, max_length, beams, use_cache):
-    """Runs the encoder once; returns `(step, state, reorder)` for `decode`."""
+    """Runs the encoder once; returns `(step, state, reorder)` for `generate_tokens`."""
     encoder_output, encoder_mask = model.encode(encoder_tokens)
     if beams > 1:
         # Every beam of a sentence shares its encoder output: (batch * beams, ...).
@@ -61,7 +61,7 @@ def generate_seq2seq(
     The encoder runs once; cross-attention keys and values are computed once
     per sentence and the decoder's self-attention keys and values once per
     generated token (`use_cache=True`). The loop
-    (`keras_attn.generation.decoding_loop.decode`) is a
+    (`keras_attn.generation.decoding_loop.generate_tokens`) is a
     `keras.ops.while_loop` that stops as soon as every hypothesis has
     produced `end_id`, so it compiles under XLA (JAX) and `tf.function`
     (TensorFlow); `keras_attn.generation.SequenceGenerator` compiles it.
@@ -114,7 +114,7 @@ def generate_seq2seq(
         model, encoder_tokens, max_length, sampler.num_beams, use_cache
     )
     batch_size = ops.shape(encoder_tokens)[0]
-    tokens, scores = decode(
+    tokens, scores = generate_tokens(
         step,
         state,
         _start_tokens(batch_size, max_length, start_id, model.pad_id),

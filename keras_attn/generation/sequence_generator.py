@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_attn.generation import samplers as samplers_lib
-from keras_attn.generation.beam_search import beam_search, check_beam_search_args
+from keras_attn.generation.beam_search import beam_search
 from keras_attn.generation.causal_lm import check_prompt, generate_lm
 from keras_attn.generation.decoding_inputs import (
     check_distinct_ids,
@@ -19,7 +19,7 @@ from keras_attn.generation.decoding_inputs import (
 )
 from keras_attn.generation.greedy_search import greedy_search
 from keras_attn.generation.samplers import from_strategy
-from keras_attn.generation.sampling import check_sampling_args, sample
+from keras_attn.generation.sampling import sample
 from keras_attn.generation.seq2seq import decoding_result, generate_seq2seq
 from keras_attn.validation import check_bool, check_choice, check_token_id
 
@@ -35,10 +35,11 @@ _FIXED_ARGUMENTS = ("model", "encoder_tokens", "start_id", "end_id")
 
 
 def _check_options(strategy, options):
-    """Raises `ValueError` for an unknown or invalid strategy option.
+    """Raises `ValueError` for an unknown strategy option or a bad `max_length`.
 
     Done at construction: inside the compiled `predict` function the same
-    error would come wrapped in a traceback of the call.
+    error would come wrapped in a traceback of the call. The sampler's
+    options are checked where the sampler is made (`from_strategy`).
     """
     parameters = inspect.signature(STRATEGIES[strategy]).parameters
     accepted = [name for name in parameters if name not in _FIXED_ARGUMENTS]
@@ -48,18 +49,8 @@ def _check_options(strategy, options):
             f"Unknown options for strategy={strategy!r}: {', '.join(unknown)}. "
             f"Expected some of: {', '.join(accepted)}"
         )
-    arguments = {name: parameters[name].default for name in accepted}
-    arguments.update(options)
-    if arguments["max_length"] is not None:
-        check_max_length(arguments["max_length"])
-    if strategy == "beam":
-        check_beam_search_args(
-            arguments["beam_size"], arguments["length_penalty_alpha"]
-        )
-    elif strategy == "sample":
-        check_sampling_args(
-            arguments["top_k"], arguments["top_p"], arguments["temperature"]
-        )
+    if options.get("max_length") is not None:
+        check_max_length(options["max_length"])
 
 
 def _check_sampler_options(model, is_lm, options):
@@ -159,12 +150,6 @@ class SequenceGenerator(keras.Model):
                 for name in _SAMPLER_OPTIONS[strategy]
                 if name in options
             }
-            if strategy == "sample":
-                check_sampling_args(
-                    sampler_options.get("top_k"),
-                    sampler_options.get("top_p"),
-                    sampler_options.get("temperature", 1.0),
-                )
             sampler = from_strategy(strategy, **sampler_options)
         elif strategy is not None:
             raise ValueError(

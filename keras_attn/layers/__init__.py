@@ -1,5 +1,7 @@
 """Building blocks of the Transformer (Vaswani et al., 2017)."""
 
+from keras_attn.layers import position_schemes
+from keras_attn.layers.alibi_bias import AlibiBias, alibi_bias, alibi_slopes
 from keras_attn.layers.attention_projection import AttentionProjection
 from keras_attn.layers.class_token import ClassToken
 from keras_attn.layers.fast_dropout import FastDropout, fast_dropout
@@ -10,6 +12,16 @@ from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.padding_mask import PaddingMask
 from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.position_wise_dense import PositionwiseDense
+from keras_attn.layers.relative_position_bias import (
+    RelativePositionBias,
+    relative_position_bucket,
+)
+from keras_attn.layers.rms_normalization import RMSNormalization
+from keras_attn.layers.rotary_embedding import (
+    RotaryEmbedding,
+    apply_rotary,
+    rotary_inverse_frequencies,
+)
 from keras_attn.layers.scaled_dot_product_attention import (
     scaled_dot_product_attention,
 )
@@ -46,5 +58,15 @@ __all__ = [
     "fast_dropout",
     "layer_norm",
     "merge_attention_masks",
+    "position_schemes",
     "scaled_dot_product_attention",
+    "AlibiBias",
+    "RMSNormalization",
+    "RelativePositionBias",
+    "RotaryEmbedding",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rotary",
+    "relative_position_bucket",
+    "rotary_inverse_frequencies",
 ]

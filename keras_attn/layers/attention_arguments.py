@@ -5,17 +5,52 @@ layers share an argument, so the layer stays a drop-in.
 """
 
 import numbers
+import os
+import sys
 import warnings
+
+import keras
+
+# Frames in these folders are not the user's code: a deprecation warning
+# points past them, at the line that passed the deprecated argument.
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(os.path.abspath(module.__file__)) + os.sep
+    for module in (sys.modules["keras_attn"], keras)
+)
+
+
+def _user_stacklevel():
+    """The `stacklevel` of the first frame outside keras-attn and Keras.
+
+    Counted from the function that calls this one (level 1), so that the
+    warning it raises names the user's line, whichever layer, block or
+    model constructor passed the argument down.
+    """
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def check_head_dim(value, name, allow_none=False):
-    """Positive int check with `keras.layers.MultiHeadAttention`'s message."""
+    """Positive int check with `keras.layers.MultiHeadAttention`'s message.
+
+    Raises:
+        TypeError: if `value` is not a number at all (`"2"`, a list), as
+            the blocks' checks do.
+        ValueError: if it is a number but not a positive integer (`0`,
+            `1.5`, `True`), as Keras's layer does.
+    """
     if allow_none and value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        expected = (
-            "a positive integer or `None`" if allow_none else "a positive integer"
+    expected = "a positive integer or `None`" if allow_none else "a positive integer"
+    if not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"Received an invalid value for argument `{name}`, expected "
+            f"{expected}. Received: {name}={value!r} of type "
+            f"{type(value).__name__}"
         )
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         raise ValueError(
             f"Received an invalid value for argument `{name}`, expected "
             f"{expected}. Received: {name}={value}"
@@ -65,12 +100,16 @@ def check_input_shapes(query_shape, value_shape, key_shape):
 
 
 def _deprecated_alias(alias, alias_value, name, value, advice):
-    """Warns about a deprecated alias; refuses it beside its replacement."""
+    """Warns about a deprecated alias; refuses it beside its replacement.
+
+    A `FutureWarning` (shown by default: the users of a deprecated argument
+    are the ones to read it), pointing at the user's line.
+    """
     warnings.warn(
         f"`{alias}` is deprecated and will be removed in the next release: "
         f"{advice}. Received: {alias}={alias_value}",
         FutureWarning,
-        stacklevel=4,
+        stacklevel=_user_stacklevel(),
     )
     if value is not None:
         raise ValueError(
@@ -137,7 +176,18 @@ def check_sliding_window(sliding_window):
 
 
 def resolve_flash_attention(flash_attention, use_fused_attention, dropout):
-    """`flash_attention` (`None`, `True`, `False`) from it or its alias."""
+    """`flash_attention` (`None`, `True`, `False`) from it or its alias.
+
+    Args:
+        flash_attention: `None`, `True` or `False`.
+        use_fused_attention: `None`, or the deprecated alias's value
+            (`True` is `flash_attention=None`, `False` is `False`).
+        dropout: float, the attention dropout (refused beside
+            `flash_attention=True`).
+
+    Returns:
+        `None`, `True` or `False`.
+    """
     if use_fused_attention is not None:
         _deprecated_alias(
             "use_fused_attention",

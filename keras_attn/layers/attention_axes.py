@@ -1,7 +1,7 @@
 """Attention over several axes (`attention_axes`) as a change of layout.
 
-`keras_attn.layers.MultiHeadAttention` attends along one sequence axis with
-`scaled_dot_product_attention`, whose inputs are `(batch, length, heads,
+`keras_attn.layers.MultiHeadAttention` attends along one sequence axis in
+`keras_attn.layers.attention_core`, whose inputs are `(batch, length, heads,
 head_dim)`. Inputs of higher rank, such as images `(batch, height, width,
 channels)` attended over `attention_axes=(1, 2)`, are brought to that layout:
 the axes not attended over join the batch, the attended axes are flattened
@@ -75,6 +75,25 @@ def normalize_attention_axes(attention_axes, rank):
     return tuple(sorted(axes))
 
 
+def _broadcast(tensor, shape):
+    """`ops.broadcast_to(tensor, shape)` by tiling the axes of size 1.
+
+    TensorFlow broadcasts at most five axes at once ("Broadcast between
+    [1,2,1,4,1,4] and [2,2,3,4,3,4] is not supported yet"); masks and
+    biases over two attended axes have six.
+    """
+    rank = len(shape)
+    tensor = ops.reshape(
+        tensor, (1,) * (rank - len(tensor.shape)) + tuple(ops.shape(tensor))
+    )
+    multiples = [
+        target if size == 1 else 1 for size, target in zip(tensor.shape, shape)
+    ]
+    if all(isinstance(m, int) and m == 1 for m in multiples):
+        return tensor
+    return ops.tile(tensor, multiples)
+
+
 def _product(sizes):
     """The product of sizes that may be ints or scalar tensors (unknown sizes)."""
     return functools.reduce(operator.mul, sizes, 1)
@@ -141,7 +160,29 @@ class AxesLayout:
             *[key_shape[axis] for axis in self.attention_axes],
         )
 
-    def mask_to_sequence(self, mask, query, key):
+    def _sizes(self, projected, axes):
+        shape = ops.shape(projected)
+        return [shape[axis] for axis in axes]
+
+    def _insert_missing_axes(self, mask, attended, full_rank, argument_name):
+        """Reshapes `mask` to rank `full_rank`, inserting size-1 axes before
+        its last `attended` axes (as `keras.layers.MultiHeadAttention`
+        expands a mask), so a `(batch, T, S)` mask broadcasts over the
+        other axes."""
+        missing = full_rank - len(mask.shape)
+        if missing < 0:
+            raise ValueError(
+                f"`{argument_name}` has rank {len(mask.shape)}, more than the "
+                f"{full_rank} axes (batch, other axes, attended axes) it can "
+                f"mask. Received: {argument_name}.shape={tuple(mask.shape)}"
+            )
+        mask_shape = ops.shape(mask)
+        leading = len(mask.shape) - attended
+        return ops.reshape(
+            mask, (*mask_shape[:leading], *([1] * missing), *mask_shape[leading:])
+        )
+
+    def mask_to_sequence(self, mask, query, key, argument_name="attention_mask"):
         """A Keras-layout mask (no heads axis) -> `(batch', length_q, length_k)`.
 
         Missing axes are inserted before the attended ones (as
@@ -149,29 +190,64 @@ class AxesLayout:
         broadcasts over the other axes.
         """
         attended = 2 * len(self.attention_axes)
-        full_rank = len(self.batch_axes) + attended
-        missing = full_rank - len(mask.shape)
-        if missing < 0:
-            raise ValueError(
-                f"`attention_mask` has rank {len(mask.shape)}, more than the "
-                f"{full_rank} axes (batch, other axes, query attended axes, key "
-                f"attended axes) it can mask. Received: attention_mask.shape="
-                f"{tuple(mask.shape)}"
-            )
-        mask_shape = ops.shape(mask)
-        leading = len(mask.shape) - attended
-        mask = ops.reshape(
-            mask, (*mask_shape[:leading], *([1] * missing), *mask_shape[leading:])
+        mask = self._insert_missing_axes(
+            mask, attended, len(self.batch_axes) + attended, argument_name
         )
-        query_shape, key_shape = ops.shape(query), ops.shape(key)
-        target = (
-            *[query_shape[axis] for axis in self.batch_axes],
-            *[query_shape[axis] for axis in self.attention_axes],
-            *[key_shape[axis] for axis in self.attention_axes],
-        )
-        mask = ops.broadcast_to(mask, target)
-        batch = _product([query_shape[a] for a in self.batch_axes])
-        query_length = _product([query_shape[a] for a in self.attention_axes])
-        key_length = _product([key_shape[a] for a in self.attention_axes])
+        batch_sizes = self._sizes(query, self.batch_axes)
+        query_sizes = self._sizes(query, self.attention_axes)
+        key_sizes = self._sizes(key, self.attention_axes)
+        mask = _broadcast(mask, (*batch_sizes, *query_sizes, *key_sizes))
         # (batch * <other axes>, length_q, length_k)
-        return ops.reshape(mask, (batch, query_length, key_length))
+        return ops.reshape(
+            mask, (_product(batch_sizes), _product(query_sizes), _product(key_sizes))
+        )
+
+    def padding_to_sequence(self, mask, projected, argument_name):
+        """A padding mask `(batch, <axes>...)` -> `(batch', length)`.
+
+        Missing axes are inserted before the attended ones, as for
+        `mask_to_sequence`.
+        """
+        attended = len(self.attention_axes)
+        mask = self._insert_missing_axes(
+            mask, attended, len(self.batch_axes) + attended, argument_name
+        )
+        batch_sizes = self._sizes(projected, self.batch_axes)
+        sizes = self._sizes(projected, self.attention_axes)
+        mask = _broadcast(mask, (*batch_sizes, *sizes))
+        # (batch * <other axes>, length)
+        return ops.reshape(mask, (_product(batch_sizes), _product(sizes)))
+
+    def mask_from_sequence(self, mask, query, key):
+        """`(batch', length_q, length_k)` -> Keras's mask layout (no heads)."""
+        # (batch, <other axes>, <query attended axes>, <key attended axes>)
+        return ops.reshape(
+            mask,
+            (
+                *self._sizes(query, self.batch_axes),
+                *self._sizes(query, self.attention_axes),
+                *self._sizes(key, self.attention_axes),
+            ),
+        )
+
+    def scores_to_sequence(self, bias, query, key):
+        """A bias in Keras's scores layout -> `(batch', heads, length_q, length_k)`.
+
+        `bias` broadcasts (NumPy rules) to `(batch, <other axes>, heads,
+        <query attended axes>, <key attended axes>)`.
+        """
+        batch_sizes = self._sizes(query, self.batch_axes)
+        query_sizes = self._sizes(query, self.attention_axes)
+        key_sizes = self._sizes(key, self.attention_axes)
+        heads = ops.shape(query)[-2]
+        bias = _broadcast(bias, (*batch_sizes, heads, *query_sizes, *key_sizes))
+        # (batch * <other axes>, heads, length_q, length_k)
+        return ops.reshape(
+            bias,
+            (
+                _product(batch_sizes),
+                heads,
+                _product(query_sizes),
+                _product(key_sizes),
+            ),
+        )

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attn.validation import check_dropout_rate, check_seed
+from keras_attn.validation import check_rate, check_seed
 
 # Each float32 uniform draw carries 23 random mantissa bits (on JAX and on
 # TensorFlow): two independent 11-bit uniforms are cut from it (2048**2 <= 2**23).
@@ -125,7 +125,7 @@ class FastDropout(keras.layers.Layer):
 
     def __init__(self, rate, seed=None, **kwargs):
         super().__init__(**kwargs)
-        self.rate = check_dropout_rate(rate, "rate")
+        self.rate = check_rate(rate, "rate")
         self.seed = check_seed(seed, "seed")
         if self.rate > 0:
             self.seed_generator = keras.random.SeedGenerator(seed)

@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.position_wise_dense import PositionwiseDense
-from keras_attn.validation import check_bool, check_dropout_rate, check_positive_int
+from keras_attn.validation import check_bool, check_positive_int, check_rate
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -53,7 +53,7 @@ class FeedForward(keras.layers.Layer):
         super().__init__(**kwargs)
         self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
         self.activation = keras.activations.get(activation)
-        self.dropout = check_dropout_rate(dropout, "dropout")
+        self.dropout = check_rate(dropout, "dropout")
         self.use_bias = check_bool(use_bias, "use_bias")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)

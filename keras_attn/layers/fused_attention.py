@@ -6,7 +6,7 @@ cuDNN then rejects the call (a mask turned into a bias of a shape it does
 not take, a bias with an odd sequence length under a gradient), logs the
 exception with its traceback at ERROR level and runs XLA instead. Here the
 kernel is chosen up front from what is known when the function is traced
-(backend, device, dtype, shapes, whether a mask is present): the flash
+(backend, device, dtype, shapes, whether a mask or a bias is present): the flash
 kernel is offered only where it serves the call, and everywhere else
 `flash_attention=False` sends the call to XLA without a try, so no
 exception is raised or logged on the way.
@@ -23,11 +23,14 @@ What reaches which kernel:
   scores: a masked float16 call goes to XLA, which masks float32 scores.
 - JAX on a TPU without a mask: Keras's splash-attention kernel; with a mask,
   XLA.
+- An additive bias is treated as a mask throughout (cuDNN takes both as one
+  bias).
 - Everything else (float32, CPU, TensorFlow, shapes cuDNN does not take):
   XLA's (or TensorFlow's) own dot-product attention.
 """
 
 import keras
+from keras import ops
 
 # cuDNN's flash attention takes half precision only.
 CUDNN_DTYPES = ("float16", "bfloat16")
@@ -64,7 +67,8 @@ def choose_attention_kernel(
         query_shape: `(batch, query_length, num_heads, head_dim)`.
         key_shape: `(batch, key_length, num_heads, head_dim)`.
         dtype: the compute dtype of query, key and value.
-        has_mask: bool, whether a boolean mask goes with the call.
+        has_mask: bool, whether a boolean mask or an additive bias goes
+            with the call (cuDNN receives both as a bias).
         backend: the Keras backend. Defaults to `None`, meaning
             `keras.backend.backend()`.
         platform: `"cpu"`, `"gpu"` or `"tpu"`. Defaults to `None`, meaning
@@ -123,54 +127,82 @@ def fused_path_runs(dtype, backend=None, platform=None):
     return (platform or device_platform()) != "cpu"
 
 
-def fused_dot_product_attention(query, key, value, mask=None, scale=None):
+def fused_dot_product_attention(
+    query, key, value, mask=None, bias=None, scale=None, is_causal=False
+):
     """`keras.ops.dot_product_attention` with the kernel chosen up front.
 
     Args:
         query: `(batch, query_length, num_heads, head_dim)`.
         key: `(batch, key_length, num_heads, head_dim)`.
         value: `(batch, key_length, num_heads, head_dim)`.
-        mask: optional boolean `(batch, query_length, key_length)`, `True`
-            where a query may attend a key. Defaults to `None`.
+        mask: optional boolean `(batch, num_heads or 1, query_length,
+            key_length)` (or a shape that broadcasts to it), `True` where
+            a query may attend a key. Defaults to `None`.
+        bias: optional float tensor broadcastable to `(batch, num_heads,
+            query_length, key_length)`, added to the scaled scores.
+            Defaults to `None`.
         scale: float, the scale of the scores. Defaults to `None`, meaning
             `1 / sqrt(head_dim)`.
+        is_causal: bool, whether the kernel applies the causal mask itself
+            (only without `mask` and `bias`). Defaults to `False`.
 
     Returns:
         `(batch, query_length, num_heads, head_dim)`. A fully masked row is
         not zeroed here (the caller does it).
     """
+    has_mask = mask is not None or bias is not None
     kernel = choose_attention_kernel(
-        tuple(query.shape), tuple(key.shape), query.dtype, mask is not None
+        tuple(query.shape), tuple(key.shape), query.dtype, has_mask
     )
-    head_mask = None
+    batch_size, query_length = ops.shape(query)[0], ops.shape(query)[1]
+    key_length = ops.shape(key)[1]
     if mask is not None:
-        # The full (batch, 1, query_length, key_length) layout: a broadcast
-        # (batch, 1, 1, key_length) mask becomes a bias cuDNN rejects.
-        head_mask = keras.ops.broadcast_to(
-            mask[:, None, :, :],
-            (
-                keras.ops.shape(query)[0],
-                1,
-                keras.ops.shape(query)[1],
-                keras.ops.shape(key)[1],
-            ),
+        # The full (batch, heads or 1, query_length, key_length) layout: a
+        # broadcast (batch, 1, 1, key_length) mask becomes a bias cuDNN
+        # rejects.
+        mask = ops.broadcast_to(
+            mask, (batch_size, ops.shape(mask)[1], query_length, key_length)
         )
     dtype = query.dtype
-    in_float32 = mask is not None and _mask_bias_too_small(dtype)
+    in_float32 = has_mask and _mask_bias_too_small(dtype)
     if in_float32:
-        query, key, value = (keras.ops.cast(x, "float32") for x in (query, key, value))
+        query, key, value = (ops.cast(x, "float32") for x in (query, key, value))
+    if bias is not None:
+        bias = ops.cast(bias, query.dtype)
+        if kernel == "cudnn":
+            bias = ops.broadcast_to(
+                bias, (batch_size, _heads(bias), query_length, key_length)
+            )
+        if mask is not None and keras.backend.backend() == "torch":
+            # Keras's torch kernel takes a mask or a bias, not both.
+            bias = ops.where(mask, bias, ops.cast(_MASKED_BIAS, bias.dtype))
+            mask = None
     # (batch, query_length, num_heads, head_dim)
-    attended = keras.ops.dot_product_attention(
+    attended = ops.dot_product_attention(
         query,
         key,
         value,
-        mask=head_mask,
+        bias=bias,
+        mask=mask,
         scale=scale,
+        is_causal=is_causal,
         flash_attention=None if kernel != "xla" else False,
     )
     if in_float32:
-        attended = keras.ops.cast(attended, dtype)
+        attended = ops.cast(attended, dtype)
     return attended
+
+
+# The masked entries of a mask folded into a bias: finite (a fully masked
+# row is a uniform softmax, zeroed afterwards, not `exp(-inf + inf) = NaN`)
+# and beyond any scaled score.
+_MASKED_BIAS = -1e9
+
+
+def _heads(bias):
+    """The heads size of a bias's `(batch, heads, query, key)` broadcast."""
+    return ops.shape(bias)[-3] if len(bias.shape) >= 3 else 1
 
 
 def _mask_bias_too_small(dtype, backend=None):
@@ -179,7 +211,8 @@ def _mask_bias_too_small(dtype, backend=None):
     Keras's torch `dot_product_attention` turns a boolean mask into an
     additive bias in the inputs' dtype: in float16 about -45,000 (float16
     has no larger finite number to offer), which scaled scores of large
-    activations exceed, so a masked key is attended. Such calls run the
+    activations exceed, so a masked key is attended. Such calls (and those
+    with a bias, whose sum with the scores float16 may not hold) run the
     kernel in float32, whose bias (-2.4e38) no score overcomes. (JAX's
     kernels mask the float32 scores; TensorFlow's float16 takes the
     explicit path, `fused_path_runs`.)

@@ -4,9 +4,15 @@ Every mask in keras-attn is boolean and `True` means "may attend".
 
 - a padding mask has shape `(batch, sequence_length)`;
 - an attention mask has shape `(batch, query_length, key_length)` (or any
-  shape that broadcasts to it);
+  shape that broadcasts to it), or `(batch, num_heads, query_length,
+  key_length)` for a mask per head;
 - the merged mask that attention consumes has shape
-  `(batch, query_length, key_length)`.
+  `(batch, query_length, key_length)` (with a heads axis for a per-head
+  mask).
+
+`as_bool_mask` is the one conversion to boolean and `merge_attention_masks`
+the one merge; the causal and sliding-window masks are the positional
+masks it adds.
 """
 
 import keras
@@ -35,6 +41,27 @@ def causal_mask(query_length, key_length, query_offset=0):
     return ops.expand_dims(key_positions <= query_positions, axis=0)
 
 
+def sliding_window_mask(query_length, key_length, sliding_window):
+    """Band mask: query `i` may attend keys `j` with `|i - j| < sliding_window`.
+
+    Combined with `causal_mask`, the causal window of Mistral-style models.
+
+    Args:
+        query_length: int or scalar tensor, number of query positions.
+        key_length: int or scalar tensor, number of key positions.
+        sliding_window: positive int, the width of the band.
+
+    Returns:
+        A boolean tensor of shape `(1, query_length, key_length)`.
+    """
+    query_positions = ops.arange(query_length, dtype="int32")[:, None]
+    key_positions = ops.arange(key_length, dtype="int32")[None, :]
+    # (1, query_length, key_length)
+    return ops.expand_dims(
+        ops.abs(query_positions - key_positions) < sliding_window, axis=0
+    )
+
+
 def _eager_values(tensor):
     """The NumPy values of `tensor`, or `None` while it is traced."""
     if isinstance(tensor, keras.KerasTensor):
@@ -46,13 +73,31 @@ def _eager_values(tensor):
 
 
 def as_bool_mask(mask, argument_name):
-    """A boolean mask from a boolean or 0/1 numeric one.
+    """A boolean mask from a boolean or 0/1 numeric one (`None` stays `None`).
 
     Numeric masks are checked when their values can be read (eager calls):
     `0.5` or `2` is refused rather than read as `True`. Inside a compiled
     call (`jit`, `tf.function`) the values cannot be read, and any nonzero
     value means "may attend", as in `keras.layers.MultiHeadAttention`.
+
+    Args:
+        mask: `None`, or a boolean, integer or float tensor (or array).
+        argument_name: str, the argument's name for error messages.
+
+    Returns:
+        `None` for `None`, else a boolean tensor of `mask`'s shape (a
+        boolean `mask` is returned as it is).
+
+    Example:
+
+    >>> mask = keras_attn.layers.masking.as_bool_mask([[1, 1, 0]], "padding_mask")
+    >>> keras.ops.convert_to_numpy(mask).tolist()
+    [[True, True, False]]
     """
+    if mask is None:
+        return None
+    if not hasattr(mask, "dtype"):
+        mask = np.asarray(mask)
     dtype = keras.backend.standardize_dtype(mask.dtype)
     if dtype == "bool":
         return mask
@@ -69,6 +114,15 @@ def as_bool_mask(mask, argument_name):
             f"values 0 and 1. Received: {argument_name} holding {odd}"
         )
     return ops.not_equal(mask, 0)
+
+
+def _and(mask, other):
+    """`mask & other`, where either may be `None` (no constraint)."""
+    if mask is None:
+        return other
+    if other is None:
+        return mask
+    return ops.logical_and(mask, other)
 
 
 def _check_rank(mask, expected_ranks, argument_name, expected_shape):
@@ -92,6 +146,16 @@ def _check_broadcastable(mask_shape, target_shape, argument_name, expected):
             )
 
 
+def _padding_mask(mask, argument_name, expected_shape, description):
+    """A `(batch, length)` padding mask, checked and boolean (or `None`)."""
+    mask = as_bool_mask(mask, argument_name)
+    if mask is None:
+        return None
+    _check_rank(mask, (2,), argument_name, description)
+    _check_broadcastable(mask.shape, expected_shape, argument_name, description)
+    return mask
+
+
 def merge_attention_masks(
     query,
     key,
@@ -99,8 +163,14 @@ def merge_attention_masks(
     value_mask=None,
     attention_mask=None,
     use_causal_mask=False,
+    sliding_window=None,
+    key_mask=None,
 ):
-    """Merges padding, causal and explicit masks into one attention mask.
+    """Merges padding, causal, sliding-window and explicit masks into one.
+
+    The one place where masks meet: every mask is made boolean here (`0/1`
+    numbers accepted, see `as_bool_mask`), checked against the shapes of
+    `query` and `key`, and combined with a logical AND.
 
     Args:
         query: tensor of shape `(batch, query_length, ...)`.
@@ -114,19 +184,49 @@ def merge_attention_masks(
             `(batch, num_heads, query_length, key_length)`.
         use_causal_mask: bool, whether query `i` may only attend keys
             `j <= i`. Defaults to `False`.
+        sliding_window: optional positive int: query `i` may only attend
+            keys `j` with `|i - j| < sliding_window`. Defaults to `None`.
+        key_mask: optional boolean tensor `(batch, key_length)`, combined
+            with `value_mask`. Defaults to `None`.
 
     Returns:
         A boolean tensor of shape `(batch, query_length, key_length)`
         (`(batch, num_heads, query_length, key_length)` for a per-head
         `attention_mask`), or `None` when no mask applies.
+
+    Example:
+
+    >>> x = keras.ops.zeros((2, 3, 8))
+    >>> mask = keras_attn.layers.merge_attention_masks(
+    ...     x, x, value_mask=[[1, 1, 0], [1, 1, 1]], use_causal_mask=True)
+    >>> tuple(mask.shape)
+    (2, 3, 3)
     """
-    scores_shape = (query.shape[0], query.shape[1], key.shape[1])
-    mask = _padding_masks(query_mask, value_mask, scores_shape)
+    batch_size, query_length, key_length = (
+        query.shape[0],
+        query.shape[1],
+        key.shape[1],
+    )
+    scores_shape = (batch_size, query_length, key_length)
+    mask = None
+    padded_queries = _padding_mask(
+        query_mask, "query_mask", (batch_size, query_length), "(batch, query_length)"
+    )
+    if padded_queries is not None:
+        mask = padded_queries[:, :, None]  # (batch, query_length, 1)
+    for name, padding in (("value_mask", value_mask), ("key_mask", key_mask)):
+        padding = _padding_mask(
+            padding, name, (batch_size, key_length), "(batch, key_length)"
+        )
+        if padding is not None:
+            mask = _and(mask, padding[:, None, :])  # (batch, 1, key_length)
+    query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
     if use_causal_mask:
-        causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1])
-        mask = causal if mask is None else ops.logical_and(mask, causal)
+        mask = _and(mask, causal_mask(query_length, key_length))
+    if sliding_window is not None:
+        mask = _and(mask, sliding_window_mask(query_length, key_length, sliding_window))
+    attention_mask = as_bool_mask(attention_mask, "attention_mask")
     if attention_mask is not None:
-        attention_mask = as_bool_mask(attention_mask, "attention_mask")
         _check_rank(
             attention_mask,
             (2, 3, 4),
@@ -142,43 +242,11 @@ def merge_attention_masks(
             "attention_mask",
             "(batch, query_length, key_length)",
         )
-        mask = attention_mask if mask is None else ops.logical_and(mask, attention_mask)
+        mask = _and(mask, attention_mask)
     if mask is None:
         return None
     # (batch, query_length, key_length)
-    return ops.broadcast_to(
-        mask, (ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1])
-    )
-
-
-def _padding_mask(mask, argument_name, expected_shape, description):
-    """A `(batch, length)` padding mask, checked and boolean."""
-    mask = as_bool_mask(mask, argument_name)
-    _check_rank(mask, (2,), argument_name, description)
-    _check_broadcastable(mask.shape, expected_shape, argument_name, description)
-    return mask
-
-
-def _padding_masks(query_mask, value_mask, scores_shape):
-    """Query and key padding as one `(batch, query_length or 1, key_length
-    or 1)` mask, or `None`."""
-    batch_size, query_length, key_length = scores_shape
-    mask = None
-    if query_mask is not None:
-        query_mask = _padding_mask(
-            query_mask,
-            "query_mask",
-            (batch_size, query_length),
-            "(batch, query_length)",
-        )
-        mask = query_mask[:, :, None]  # (batch, query_length, 1)
-    if value_mask is not None:
-        value_mask = _padding_mask(
-            value_mask, "value_mask", (batch_size, key_length), "(batch, key_length)"
-        )
-        padding = value_mask[:, None, :]  # (batch, 1, key_length)
-        mask = padding if mask is None else ops.logical_and(mask, padding)
-    return mask
+    return ops.broadcast_to(mask, (ops.shape(query)[0], query_length, key_length))
 
 
 def _merge_per_head_mask(mask, attention_mask, query, key):
@@ -192,7 +260,7 @@ def _merge_per_head_mask(mask, attention_mask, query, key):
     )
     if mask is not None:
         mask = mask[:, None]  # (batch, 1, query_length, key_length)
-    mask = attention_mask if mask is None else ops.logical_and(mask, attention_mask)
+    mask = _and(mask, attention_mask)
     # (batch, num_heads or 1, query_length, key_length)
     return ops.broadcast_to(
         mask,

@@ -1,7 +1,8 @@
 """Multi-head attention, section 3.2.2 of the paper."""
 
+import math
+
 import keras
-from keras import ops
 
 from keras_attn.layers.attention_arguments import (
     check_head_dim,
@@ -17,27 +18,21 @@ from keras_attn.layers.attention_axes import (
     normalize_attention_axes,
     projection_equation,
 )
-from keras_attn.layers.attention_heads import (
-    attend_heads,
-    combine_masks,
-    window_mask,
-)
+from keras_attn.layers.attention_core import as_attention_bias, compute_attention
 from keras_attn.layers.attention_projection import AttentionProjection
-from keras_attn.layers.masking import (
-    as_bool_mask,
-    causal_mask,
-    merge_attention_masks,
-)
+from keras_attn.layers.masking import as_bool_mask, merge_attention_masks
 from keras_attn.validation import (
     check_bool,
-    check_dropout_rate,
     check_float_dtype,
+    check_rate,
     check_seed,
 )
 
 
-def _as_bool(mask, argument_name):
-    return None if mask is None else as_bool_mask(mask, argument_name)
+def _clone(initializer):
+    """A fresh copy of `initializer`: an unseeded initializer draws one seed
+    when created, so sub-layers sharing one instance would start equal."""
+    return initializer.__class__.from_config(initializer.get_config())
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -45,15 +40,18 @@ class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention: `Concat(head_1, ..., head_h) W^O`.
 
     Each head is `Attention(Q W_i^Q, K W_i^K, V W_i^V)` (equation (1) of the
-    paper) computed by `keras_attn.layers.scaled_dot_product_attention`, so
-    the fused `keras.ops.dot_product_attention` kernel is used whenever the
-    attention weights and attention dropout are not needed.
+    paper) computed by `keras_attn.layers.attention_core.compute_attention`,
+    so the fused `keras.ops.dot_product_attention` kernel is used whenever
+    the attention weights and attention dropout are not needed.
 
     A drop-in for `keras.layers.MultiHeadAttention`: the same constructor
-    and call arguments with the same meanings and defaults, and weights of
-    the same names, shapes and order (`query`, `key`, `gate`, `value` and
-    `attention_output` `EinsumDense` sub-layers), so weights copy across.
-    Plain sequence attention (rank-3 inputs) runs its projections as 2-D
+    and call arguments with the same meanings and defaults, weights of the
+    same names, shapes and order (`query`, `key`, `gate`, `value` and
+    `attention_output` `EinsumDense` sub-layers, held as `_query_dense`,
+    `_key_dense`, `_gate_dense`, `_value_dense` and `_output_dense`), so
+    weights copy across, and the same override point: `_compute_attention`
+    receives the projected heads and the merged mask, as in Keras. Plain
+    sequence attention (rank-3 inputs) runs its projections as 2-D
     products (`keras_attn.layers.AttentionProjection`); other ranks and
     `attention_axes` are brought to that layout around the same kernel.
 
@@ -132,6 +130,12 @@ class MultiHeadAttention(keras.layers.Layer):
             weights `(batch, num_heads, query_length, key_length)`.
         training: bool, whether dropout is active.
         use_causal_mask: bool, whether to add the causal (look-ahead) mask.
+        attention_bias: optional float tensor (any float dtype) added to
+            the scaled scores before the softmax, broadcastable to
+            `(batch, num_heads, query_length, key_length)` (with
+            `attention_axes`: to the attention scores' layout, `(batch,
+            <other axes>, num_heads, <query axes>, <key axes>)`): a
+            relative position bias, ALiBi. Defaults to `None`.
 
     Returns:
         The output `(batch, query_length, *output_shape)`, or a tuple
@@ -173,38 +177,79 @@ class MultiHeadAttention(keras.layers.Layer):
         use_fused_attention=None,
         **kwargs,
     ):
-        self.num_heads = check_head_dim(num_heads, "num_heads")
-        self.key_dim = check_head_dim(key_dim, "key_dim")
+        num_heads = check_head_dim(num_heads, "num_heads")
+        key_dim = check_head_dim(key_dim, "key_dim")
         value_dim = check_head_dim(value_dim, "value_dim", allow_none=True)
         check_float_dtype(kwargs.get("dtype"), "dtype")
         super().__init__(**kwargs)
-        self.value_dim = value_dim or self.key_dim
-        self.dropout = check_dropout_rate(dropout, "dropout")
-        self.use_bias = check_bool(use_bias, "use_bias")
-        self._output_shape = standardize_output_shape(output_shape, output_dim)
-        self.attention_axes = standardize_attention_axes(attention_axes)
-        self.sliding_window = check_sliding_window(sliding_window)
-        self.flash_attention = resolve_flash_attention(
-            flash_attention, use_fused_attention, self.dropout
-        )
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.projection_activity_regularizer = keras.regularizers.get(
-            activity_regularizer
-        )
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
-        self.use_gate = check_bool(use_gate, "use_gate")
-        self.seed = check_seed(seed, "seed")
         self.supports_masking = True
+        self._num_heads = num_heads
+        self._key_dim = key_dim
+        self._value_dim = value_dim or key_dim
+        self._dropout = check_rate(dropout, "dropout")
+        self._use_bias = check_bool(use_bias, "use_bias")
+        self._use_gate = check_bool(use_gate, "use_gate")
+        self._output_shape = standardize_output_shape(output_shape, output_dim)
+        self._attention_axes = standardize_attention_axes(attention_axes)
+        self._sliding_window = check_sliding_window(sliding_window)
+        self._flash_attention = resolve_flash_attention(
+            flash_attention, use_fused_attention, self._dropout
+        )
+        self._kernel_initializer = keras.initializers.get(kernel_initializer)
+        self._bias_initializer = keras.initializers.get(bias_initializer)
+        self._kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self._bias_regularizer = keras.regularizers.get(bias_regularizer)
+        # The projections' activity regularizer (the layer's own output is
+        # not regularized, as in Keras).
+        self._activity_regularizer = keras.regularizers.get(activity_regularizer)
+        self._kernel_constraint = keras.constraints.get(kernel_constraint)
+        self._bias_constraint = keras.constraints.get(bias_constraint)
+        self.seed = check_seed(seed, "seed")
+        self._inverse_sqrt_key_dim = 1.0 / math.sqrt(float(self._key_dim))
         # Keras's layer has no seed generator without dropout: no state to
         # carry (or to trace through `jit`) that nothing reads.
         self.seed_generator = (
-            keras.random.SeedGenerator(seed) if self.dropout > 0.0 else None
+            keras.random.SeedGenerator(seed) if self._dropout > 0.0 else None
         )
         self._layout = None
+
+    # --- Keras's read-only names -------------------------------------------
+
+    @property
+    def num_heads(self):
+        return self._num_heads
+
+    @property
+    def key_dim(self):
+        return self._key_dim
+
+    @property
+    def value_dim(self):
+        return self._value_dim
+
+    @property
+    def dropout(self):
+        return self._dropout
+
+    @property
+    def use_bias(self):
+        return self._use_bias
+
+    @property
+    def use_gate(self):
+        return self._use_gate
+
+    @property
+    def attention_axes(self):
+        return self._attention_axes
+
+    @property
+    def sliding_window(self):
+        return self._sliding_window
+
+    @property
+    def flash_attention(self):
+        return self._flash_attention
 
     @property
     def output_dim(self):
@@ -214,21 +259,50 @@ class MultiHeadAttention(keras.layers.Layer):
     @property
     def use_fused_attention(self):
         """Deprecated: whether the fused kernel may run (`flash_attention`)."""
-        return self.flash_attention is not False
+        return self._flash_attention is not False
+
+    # The sub-layers are held as `_query_dense` etc. (Keras's names, which
+    # code written for Keras's layer reaches for) and saved under these
+    # public names: Keras's saving visits public attributes first, so the
+    # weights' paths in `.keras` and `.weights.h5` files stay
+    # `query_dense/...`, as in Keras's own layer and earlier keras-attn.
+
+    @property
+    def query_dense(self):
+        return self._query_dense
+
+    @property
+    def key_dense(self):
+        return self._key_dense
+
+    @property
+    def value_dense(self):
+        return self._value_dense
+
+    @property
+    def output_dense(self):
+        return self._output_dense
+
+    @property
+    def gate_dense(self):
+        """The gate projection, or `None` without `use_gate`."""
+        return getattr(self, "_gate_dense", None)
+
+    # --- Building ------------------------------------------------------------
 
     def _projection(self, equation, output_shape, bias_axes, name, activation=None):
         projection = AttentionProjection(
             equation,
             output_shape=output_shape,
-            bias_axes=bias_axes if self.use_bias else None,
+            bias_axes=bias_axes if self._use_bias else None,
             activation=activation,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            kernel_regularizer=self.kernel_regularizer,
-            bias_regularizer=self.bias_regularizer,
-            activity_regularizer=self.projection_activity_regularizer,
-            kernel_constraint=self.kernel_constraint,
-            bias_constraint=self.bias_constraint,
+            kernel_initializer=_clone(self._kernel_initializer),
+            bias_initializer=_clone(self._bias_initializer),
+            kernel_regularizer=self._kernel_regularizer,
+            bias_regularizer=self._bias_regularizer,
+            activity_regularizer=self._activity_regularizer,
+            kernel_constraint=self._kernel_constraint,
+            bias_constraint=self._bias_constraint,
             dtype=self.dtype_policy,
             name=name,
         )
@@ -242,41 +316,155 @@ class MultiHeadAttention(keras.layers.Layer):
         key_shape = value_shape if key_shape is None else key_shape
         check_input_shapes(query_shape, value_shape, key_shape)
         rank = len(query_shape)
-        axes = normalize_attention_axes(self.attention_axes, rank)
+        axes = normalize_attention_axes(self._attention_axes, rank)
         # Sequence attention keeps the projections' 2-D fast path and needs
         # no layout change; every other case goes through `AxesLayout`.
         self._layout = None if rank == 3 else AxesLayout(rank, axes)
         output_shape = self._output_shape or (query_shape[-1],)
         positions = (None,) * (rank - 2)
-        heads = self.num_heads
+        heads = self._num_heads
         to_heads, head_bias = projection_equation(rank - 1, 1, 2)
-        self.query_dense = self._projection(
-            to_heads, (*positions, heads, self.key_dim), head_bias, "query"
+        self._query_dense = self._projection(
+            to_heads, (*positions, heads, self._key_dim), head_bias, "query"
         )
-        self.query_dense.build(query_shape)
-        self.key_dense = self._projection(
-            to_heads, (*positions, heads, self.key_dim), head_bias, "key"
+        self._query_dense.build(query_shape)
+        self._key_dense = self._projection(
+            to_heads, (*positions, heads, self._key_dim), head_bias, "key"
         )
-        self.key_dense.build(key_shape)
-        if self.use_gate:
-            self.gate_dense = self._projection(
+        self._key_dense.build(key_shape)
+        if self._use_gate:
+            self._gate_dense = self._projection(
                 to_heads,
-                (*positions, heads, self.value_dim),
+                (*positions, heads, self._value_dim),
                 head_bias,
                 "gate",
                 activation="sigmoid",
             )
-            self.gate_dense.build(query_shape)
-        self.value_dense = self._projection(
-            to_heads, (*positions, heads, self.value_dim), head_bias, "value"
+            self._gate_dense.build(query_shape)
+        self._value_dense = self._projection(
+            to_heads, (*positions, heads, self._value_dim), head_bias, "value"
         )
-        self.value_dense.build(value_shape)
+        self._value_dense.build(value_shape)
         from_heads, output_bias = projection_equation(rank - 1, 2, len(output_shape))
-        self.output_dense = self._projection(
+        self._output_dense = self._projection(
             from_heads, (*positions, *output_shape), output_bias, "attention_output"
         )
-        self.output_dense.build((*query_shape[:-1], heads, self.value_dim))
+        self._output_dense.build((*query_shape[:-1], heads, self._value_dim))
         self.built = True
+
+    # --- Attention -----------------------------------------------------------
+
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        use_causal_mask=False,
+        attention_bias=None,
+    ):
+        """Attention on projected heads: the override point of Keras's layer.
+
+        `call` and `call_with_key_value` project their inputs and hand the
+        heads here. With `attention_axes`, the axes not attended over have
+        joined the batch and the attended ones are one length, so this
+        method always sees sequences.
+
+        Args:
+            query: projected queries `(batch, query_length, num_heads,
+                key_dim)`.
+            key: projected keys `(batch, key_length, num_heads, key_dim)`.
+            value: projected values `(batch, key_length, num_heads,
+                value_dim)`.
+            attention_mask: optional boolean mask `(batch, query_length,
+                key_length)` or `(batch, num_heads, query_length,
+                key_length)` (or a shape that broadcasts to it).
+            training: bool, whether dropout is active.
+            return_attention_scores: bool, whether to compute the weights.
+            use_causal_mask: bool, whether to apply the causal mask as
+                well (`call` passes it only when it is the only mask, so
+                the backend's causal kernel runs). Defaults to `False`.
+            attention_bias: optional float tensor broadcastable to
+                `(batch, num_heads, query_length, key_length)`, added to
+                the scaled scores. Defaults to `None`.
+
+        Returns:
+            `(attention_output, attention_scores)`: `(batch, query_length,
+            num_heads, value_dim)` and the weights `(batch, num_heads,
+            query_length, key_length)`, or `None` unless
+            `return_attention_scores=True`.
+        """
+        if len(query.shape) != 4:
+            raise ValueError(
+                "`_compute_attention` takes projected heads `(batch, length, "
+                "num_heads, head_dim)`. Received: "
+                f"query.shape={tuple(query.shape)}"
+            )
+        return compute_attention(
+            query,
+            key,
+            value,
+            mask=attention_mask,
+            bias=attention_bias,
+            is_causal=use_causal_mask,
+            scale=self._inverse_sqrt_key_dim,
+            dropout_rate=self._dropout,
+            training=training,
+            seed_generator=self.seed_generator,
+            return_attention_scores=return_attention_scores,
+            flash_attention=self._flash_attention,
+        )
+
+    def _overrides_compute_attention(self):
+        return (
+            type(self)._compute_attention is not MultiHeadAttention._compute_attention
+        )
+
+    def _call_compute_attention(
+        self,
+        queries,
+        keys,
+        values,
+        mask,
+        bias,
+        training,
+        return_attention_scores,
+        causal_only=False,
+    ):
+        """`_compute_attention` with only the arguments a subclass's
+        override of Keras's older signature takes, unless set."""
+        extra = {}
+        if causal_only:
+            extra["use_causal_mask"] = True
+        if bias is not None:
+            extra["attention_bias"] = bias
+        return self._compute_attention(
+            queries,
+            keys,
+            values,
+            mask,
+            training,
+            return_attention_scores,
+            **extra,
+        )
+
+    def _sequence_bias(self, attention_bias, query, key):
+        """`attention_bias`, checked against the scores `(batch, num_heads,
+        query_length, key_length)` of a call on sequences."""
+        scores_shape = (query.shape[0], self._num_heads, query.shape[1], key.shape[1])
+        return as_attention_bias(attention_bias, "attention_bias", scores_shape)
+
+    def _project_output(self, query, attended, scores, return_attention_scores):
+        if self._use_gate:
+            # (batch, ..., num_heads, value_dim), sigmoid-activated
+            attended = attended * self._gate_dense(query)
+        # (batch, ..., num_heads, value_dim) -> (batch, ..., *output_shape)
+        output = self._output_dense(attended)
+        if return_attention_scores:
+            return output, scores
+        return output
 
     def compute_key_value(self, value, key=None):
         """Projects keys and values into heads (the cacheable half of a call).
@@ -292,7 +480,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         key = value if key is None else key
         check_key_value_shapes(value.shape, key.shape)
-        return self.key_dense(key), self.value_dense(value)
+        return self._key_dense(key), self._value_dense(value)
 
     def call_with_key_value(
         self,
@@ -300,6 +488,7 @@ class MultiHeadAttention(keras.layers.Layer):
         keys,
         values,
         attention_mask=None,
+        attention_bias=None,
         return_attention_scores=False,
         training=None,
     ):
@@ -318,66 +507,29 @@ class MultiHeadAttention(keras.layers.Layer):
             attention_mask: optional boolean
                 `(batch, query_length, key_length)` or
                 `(batch, num_heads, query_length, key_length)`.
+            attention_bias: optional float tensor broadcastable to
+                `(batch, num_heads, query_length, key_length)`. Defaults to
+                `None`.
             return_attention_scores: bool. Defaults to `False`.
             training: bool, whether dropout is active. Defaults to `None`.
 
         Returns:
             As `call`.
         """
-        self._check_scores_allowed(return_attention_scores)
         if self._layout is not None:
             raise ValueError(
                 "`call_with_key_value` attends along one sequence axis; layer "
                 f"{self.name} was built for inputs of rank {self._layout.rank}. "
                 "Call the layer instead."
             )
+        mask = as_bool_mask(attention_mask, "attention_mask")
+        bias = self._sequence_bias(attention_bias, query, keys)
         # (batch, query_length, num_heads, key_dim)
-        queries = self.query_dense(query)
-        attended, scores = self._attend(
-            queries, keys, values, attention_mask, return_attention_scores, training
+        queries = self._query_dense(query)
+        attended, scores = self._call_compute_attention(
+            queries, keys, values, mask, bias, training, return_attention_scores
         )
-        return self._output(query, attended, scores, return_attention_scores)
-
-    def _check_scores_allowed(self, return_attention_scores):
-        if self.flash_attention and return_attention_scores:
-            raise ValueError(
-                "Returning attention scores is not supported when flash "
-                "attention is enabled. Please disable flash attention to access"
-                " attention scores."
-            )
-
-    def _attend(self, queries, keys, values, mask, return_attention_scores, training):
-        """The kernel on `(batch, length, heads, dim)` tensors; per-head masks."""
-        return attend_heads(
-            queries,
-            keys,
-            values,
-            mask,
-            self.num_heads,
-            dropout_rate=self.dropout,
-            training=bool(training),
-            seed_generator=self.seed_generator,
-            return_attention_scores=return_attention_scores,
-            use_fused_attention=self.flash_attention is not False,
-        )
-
-    def _output(self, query, attended, scores, return_attention_scores):
-        if self.use_gate:
-            # (batch, ..., num_heads, value_dim), sigmoid-activated
-            attended = attended * self.gate_dense(query)
-        # (batch, ..., num_heads, value_dim) -> (batch, ..., *output_shape)
-        output = self.output_dense(attended)
-        if return_attention_scores:
-            return output, scores
-        return output
-
-    def _positional_mask(self, query_length, key_length, use_causal_mask):
-        """Causal and sliding-window masks `(1, query_length, key_length)`."""
-        causal = causal_mask(query_length, key_length) if use_causal_mask else None
-        window = None
-        if self.sliding_window is not None:
-            window = window_mask(query_length, key_length, self.sliding_window)
-        return combine_masks(causal, window)
+        return self._project_output(query, attended, scores, return_attention_scores)
 
     def call(
         self,
@@ -391,108 +543,122 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=None,
         use_causal_mask=False,
+        attention_bias=None,
     ):
         key = value if key is None else key
         check_key_value_shapes(value.shape, key.shape)
-        self._check_scores_allowed(return_attention_scores)
-        if key_mask is not None:
-            value_mask = combine_masks(
-                _as_bool(value_mask, "value_mask"), _as_bool(key_mask, "key_mask")
-            )
+        # The causal mask alone goes to the kernel as a flag (torch's causal
+        # kernel); a subclass overriding `_compute_attention` gets it merged,
+        # as Keras's layer does, never `None`.
+        causal_only = (
+            use_causal_mask
+            and query_mask is None
+            and value_mask is None
+            and key_mask is None
+            and attention_mask is None
+            and self._sliding_window is None
+            and not self._overrides_compute_attention()
+        )
+        masks = dict(
+            query_mask=query_mask,
+            value_mask=value_mask,
+            key_mask=key_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask and not causal_only,
+            sliding_window=self._sliding_window,
+        )
         if self._layout is not None:
-            mask = self._axes_mask(query_mask, value_mask, attention_mask)
             return self._call_over_axes(
                 query,
                 value,
                 key,
-                mask,
+                masks,
+                attention_bias,
                 return_attention_scores,
                 training,
-                use_causal_mask,
+                causal_only,
             )
-        mask = merge_attention_masks(
-            query,
-            key,
-            query_mask=query_mask,
-            value_mask=value_mask,
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-        )
-        if self.sliding_window is not None:
-            query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
-            # (1, query_length, key_length)
-            window = window_mask(query_length, key_length, self.sliding_window)
-            if mask is None:
-                mask = ops.broadcast_to(
-                    window, (ops.shape(query)[0], *ops.shape(window)[1:])
-                )
-            else:
-                mask = ops.logical_and(
-                    mask, window if len(mask.shape) == 3 else window[:, None]
-                )
+        mask = merge_attention_masks(query, key, **masks)
+        bias = self._sequence_bias(attention_bias, query, key)
         keys, values = self.compute_key_value(value, key)
         # (batch, query_length, num_heads, key_dim)
-        queries = self.query_dense(query)
-        attended, scores = self._attend(
-            queries, keys, values, mask, return_attention_scores, training
+        queries = self._query_dense(query)
+        attended, scores = self._call_compute_attention(
+            queries,
+            keys,
+            values,
+            mask,
+            bias,
+            training,
+            return_attention_scores,
+            causal_only,
         )
-        return self._output(query, attended, scores, return_attention_scores)
-
-    @staticmethod
-    def _axes_mask(query_mask, value_mask, attention_mask):
-        """The masks of a call over `attention_axes`, in Keras's layout."""
-        return combine_masks(
-            _as_bool(attention_mask, "attention_mask"),
-            None
-            if query_mask is None
-            else ops.expand_dims(_as_bool(query_mask, "query_mask"), -1),
-            None
-            if value_mask is None
-            else ops.expand_dims(_as_bool(value_mask, "value_mask"), -2),
-        )
+        return self._project_output(query, attended, scores, return_attention_scores)
 
     def _call_over_axes(
         self,
         query,
         value,
         key,
-        mask,
+        masks,
+        attention_bias,
         return_attention_scores,
         training,
-        use_causal_mask,
+        causal_only,
     ):
         """`call` for inputs of rank > 3: attention over `attention_axes`.
 
-        `mask` uses Keras's layout without the heads axis. The causal mask
-        and the sliding window run along the attended positions in
-        row-major order (with one attention axis: along it).
+        The masks use Keras's layout without the heads axis, the bias
+        Keras's scores layout. The attended axes are flattened in
+        row-major order into one sequence (the axes not attended over join
+        the batch); the causal mask and the sliding window run along it
+        (with one attention axis: along that axis).
         """
         layout = self._layout
         # (batch, ..., num_heads, dim)
-        queries = self.query_dense(query)
-        keys = self.key_dense(key)
-        values = self.value_dense(value)
+        queries = self._query_dense(query)
+        keys = self._key_dense(key)
+        values = self._value_dense(value)
         # (batch', length, num_heads, dim)
         sequence = [layout.to_sequence(x) for x in (queries, keys, values)]
-        if mask is not None:
+        for name, projected in (
+            ("query_mask", queries),
+            ("value_mask", keys),
+            ("key_mask", keys),
+        ):
+            padding = as_bool_mask(masks[name], name)
+            if padding is not None:
+                # (batch', length)
+                masks[name] = layout.padding_to_sequence(padding, projected, name)
+        attention_mask = as_bool_mask(masks["attention_mask"], "attention_mask")
+        if attention_mask is not None:
             # (batch', query_length, key_length)
-            mask = layout.mask_to_sequence(mask, queries, keys)
-        query_length, key_length = ops.shape(sequence[0])[1], ops.shape(sequence[1])[1]
-        # (1, query_length, key_length) parts
-        mask = combine_masks(
-            mask, self._positional_mask(query_length, key_length, use_causal_mask)
-        )
-        if mask is not None:
-            mask = ops.broadcast_to(
-                mask, (ops.shape(sequence[0])[0], query_length, key_length)
+            masks["attention_mask"] = layout.mask_to_sequence(
+                attention_mask, queries, keys
             )
-        attended, scores = self._attend(
-            *sequence, mask, return_attention_scores, training
+        mask = merge_attention_masks(sequence[0], sequence[1], **masks)
+        bias = as_attention_bias(
+            attention_bias,
+            "attention_bias",
+            layout.scores_shape(query.shape, key.shape, self._num_heads),
+        )
+        if bias is not None:
+            # (batch', num_heads, query_length, key_length)
+            bias = layout.scores_to_sequence(bias, queries, keys)
+        attended, scores = self._call_compute_attention(
+            *sequence,
+            mask,
+            bias,
+            training,
+            return_attention_scores,
+            causal_only,
         )
         attended = layout.from_sequence(attended, queries)
         if scores is not None:
             scores = layout.scores_from_sequence(scores, queries, keys)
-        return self._output(query, attended, scores, return_attention_scores)
+        return self._project_output(query, attended, scores, return_attention_scores)
+
+    # --- Shapes and config ---------------------------------------------------
 
     def compute_output_shape(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
@@ -500,7 +666,18 @@ class MultiHeadAttention(keras.layers.Layer):
         return (*tuple(query_shape)[:-1], *(self._output_shape or (query_shape[-1],)))
 
     def compute_output_spec(
-        self, query, value, key=None, return_attention_scores=False, **kwargs
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+        attention_bias=None,
     ):
         key_shape = None if key is None else key.shape
         output = keras.KerasTensor(
@@ -514,14 +691,14 @@ class MultiHeadAttention(keras.layers.Layer):
             # (batch, num_heads, query_length, key_length)
             scores_shape = (
                 query.shape[0],
-                self.num_heads,
+                self._num_heads,
                 query.shape[1],
                 value.shape[1],
             )
         else:
-            axes = normalize_attention_axes(self.attention_axes, rank)
+            axes = normalize_attention_axes(self._attention_axes, rank)
             scores_shape = AxesLayout(rank, axes).scores_shape(
-                query.shape, value.shape, self.num_heads
+                query.shape, value.shape, self._num_heads
             )
         return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
 
@@ -529,31 +706,35 @@ class MultiHeadAttention(keras.layers.Layer):
         config = super().get_config()
         config.update(
             {
-                "num_heads": self.num_heads,
-                "key_dim": self.key_dim,
-                "value_dim": self.value_dim,
-                "dropout": self.dropout,
-                "use_bias": self.use_bias,
+                "num_heads": self._num_heads,
+                "key_dim": self._key_dim,
+                "value_dim": self._value_dim,
+                "dropout": self._dropout,
+                "use_bias": self._use_bias,
                 "output_shape": self._output_shape,
-                "attention_axes": self.attention_axes,
-                "sliding_window": self.sliding_window,
-                "flash_attention": self.flash_attention,
+                "attention_axes": self._attention_axes,
+                "sliding_window": self._sliding_window,
+                "flash_attention": self._flash_attention,
                 "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
+                    self._kernel_initializer
                 ),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "bias_initializer": keras.initializers.serialize(
+                    self._bias_initializer
+                ),
                 "kernel_regularizer": keras.regularizers.serialize(
-                    self.kernel_regularizer
+                    self._kernel_regularizer
                 ),
-                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+                "bias_regularizer": keras.regularizers.serialize(
+                    self._bias_regularizer
+                ),
                 "activity_regularizer": keras.regularizers.serialize(
-                    self.projection_activity_regularizer
+                    self._activity_regularizer
                 ),
                 "kernel_constraint": keras.constraints.serialize(
-                    self.kernel_constraint
+                    self._kernel_constraint
                 ),
-                "bias_constraint": keras.constraints.serialize(self.bias_constraint),
-                "use_gate": self.use_gate,
+                "bias_constraint": keras.constraints.serialize(self._bias_constraint),
+                "use_gate": self._use_gate,
                 "seed": self.seed,
             }
         )

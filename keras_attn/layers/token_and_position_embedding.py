@@ -5,14 +5,9 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.layers import position_schemes
 from keras_attn.layers._last_axis_matmul import last_axis_matmul
-from keras_attn.layers.position_embedding import PositionEmbedding
-from keras_attn.layers.sinusoidal_position_encoding import (
-    SinusoidalPositionEncoding,
-)
 from keras_attn.validation import check_bool, check_choice, check_positive_int
-
-POSITION_KINDS = ("sinusoidal", "learned")
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -39,8 +34,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         sequence_length: int, the largest sequence length (the number of
             learned positions; sinusoids have no limit).
         embedding_dim: int, the model dimension `d_model`.
-        position: `"sinusoidal"` (section 3.5) or `"learned"`. Defaults to
-            `"sinusoidal"`.
+        position: the name of a position scheme (see
+            `keras_attn.layers.position_schemes`): `"sinusoidal"` (section
+            3.5) or `"learned"`. Defaults to `"sinusoidal"`.
         scale_by_sqrt_dim: bool, multiply token embeddings by
             `sqrt(embedding_dim)` as in section 3.4. Defaults to `True`.
         mask_zero: bool, whether id 0 is padding; the output then carries a
@@ -93,12 +89,11 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.vocabulary_size = check_positive_int(vocabulary_size, "vocabulary_size")
         self.sequence_length = check_positive_int(sequence_length, "sequence_length")
         self.embedding_dim = check_positive_int(embedding_dim, "embedding_dim")
-        self.position = check_choice(position, "position", POSITION_KINDS)
-        if position == "sinusoidal" and embedding_dim % 2:
-            raise ValueError(
-                "Sinusoidal position encoding needs an even `embedding_dim`. "
-                f"Received: embedding_dim={embedding_dim}"
-            )
+        self.position = check_choice(position, "position", position_schemes.names())
+        self.position_scheme = position_schemes.get(
+            position, sequence_length=self.sequence_length
+        )
+        self.position_scheme.check_embedding_dim(self.embedding_dim, "embedding_dim")
         self.scale_by_sqrt_dim = check_bool(scale_by_sqrt_dim, "scale_by_sqrt_dim")
         self.mask_zero = check_bool(mask_zero, "mask_zero")
         self.embeddings_initializer = keras.initializers.get(
@@ -113,19 +108,16 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="token_embedding",
         )
-        if position == "sinusoidal":
-            self.position_encoding = SinusoidalPositionEncoding(
-                dtype=self.dtype_policy, name="position_encoding"
-            )
-        else:
-            self.position_encoding = PositionEmbedding(
-                sequence_length, dtype=self.dtype_policy, name="position_embedding"
-            )
+        # `None` for a scheme that does not add to the embeddings.
+        self.position_encoding = self.position_scheme.position_layer(
+            dtype=self.dtype_policy
+        )
         self.supports_masking = True
 
     def build(self, inputs_shape):
         self.token_embedding.build(inputs_shape)
-        self.position_encoding.build((*inputs_shape, self.embedding_dim))
+        if self.position_encoding is not None:
+            self.position_encoding.build((*inputs_shape, self.embedding_dim))
         self.built = True
 
     def call(self, inputs, start_index=0, reverse=False):
@@ -139,6 +131,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         tokens = self.token_embedding(self._clamped_ids(inputs))
         if self.scale_by_sqrt_dim:
             tokens = tokens * ops.cast(math.sqrt(self.embedding_dim), tokens.dtype)
+        if self.position_encoding is None:
+            return tokens
         return tokens + self.position_encoding(tokens, start_index=start_index)
 
     def _clamped_ids(self, inputs):

@@ -2,17 +2,17 @@
 
 import keras
 
+from keras_attn.layers import attention_arguments
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.feed_forward import FeedForward
 from keras_attn.layers.layer_norm import LayerNorm
-from keras_attn.layers.masking import as_bool_mask, merge_attention_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.validation import (
     check_bool,
     check_divisible,
-    check_dropout_rate,
     check_positive_float,
     check_positive_int,
+    check_rate,
 )
 
 
@@ -26,16 +26,30 @@ def check_sequence_shape(shape, argument_name):
     return shape[-1]
 
 
-def bool_masks(**masks):
-    """Each mask given by its call argument's name, boolean (or `None`).
+def resolve_flash_attention(flash_attention, use_fused_attention, attention_dropout):
+    """`flash_attention` (`None`, `True`, `False`), given itself or its alias.
 
-    Checked here, so that a message names the argument the user passed
-    (`padding_mask`), not the attention layer's (`value_mask`).
+    `MultiHeadAttention`'s resolution with the blocks' (and models')
+    argument names: `use_fused_attention` is deprecated (a
+    `FutureWarning`), `True` meaning `flash_attention=None` (the fused
+    kernel when possible) and `False` meaning `False`; both must be
+    booleans (or `None`), and `flash_attention=True` needs
+    `attention_dropout=0.0`.
     """
-    return {
-        name: None if mask is None else as_bool_mask(mask, name)
-        for name, mask in masks.items()
-    }
+    flash_attention = check_bool(flash_attention, "flash_attention", allow_none=True)
+    use_fused_attention = check_bool(
+        use_fused_attention, "use_fused_attention", allow_none=True
+    )
+    if flash_attention and attention_dropout > 0.0:
+        raise ValueError(
+            "`flash_attention=True` needs `attention_dropout=0.0`: the fused "
+            "kernel has no dropout (`attention_dropout` defaults to "
+            "`dropout`). Received: flash_attention=True, "
+            f"attention_dropout={attention_dropout}"
+        )
+    return attention_arguments.resolve_flash_attention(
+        flash_attention, use_fused_attention, attention_dropout
+    )
 
 
 class TransformerBlockBase(keras.layers.Layer):
@@ -44,6 +58,12 @@ class TransformerBlockBase(keras.layers.Layer):
     Holds the shared arguments (documented on the two blocks) and builds
     their sub-layers: attention with `d_k = d_v = hidden_dim / num_heads`
     (section 3.2.2), layer normalisation, residual dropout (section 5.4).
+
+    The sub-layers are stored (and saved) under the public names
+    `self_attention`, `self_attention_norm`, `self_attention_dropout`,
+    `feed_forward`, `feed_forward_norm` and `feed_forward_dropout`;
+    keras-hub's private names (`_self_attention_layer`,
+    `_self_attention_layer_norm`, ...) read the same layers.
     """
 
     def __init__(
@@ -55,17 +75,19 @@ class TransformerBlockBase(keras.layers.Layer):
         activation="relu",
         layer_norm_epsilon=1e-6,
         normalize_first=False,
-        use_fused_attention=True,
+        flash_attention=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        use_fused_attention=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_heads = check_positive_int(num_heads, "num_heads")
+        # `MultiHeadAttention`'s check: the same exception for the same value.
+        self.num_heads = attention_arguments.check_head_dim(num_heads, "num_heads")
         self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
-        self.dropout = check_dropout_rate(dropout, "dropout")
+        self.dropout = check_rate(dropout, "dropout")
         # keras-hub's blocks use `dropout` on the attention weights too.
-        self.attention_dropout = check_dropout_rate(
+        self.attention_dropout = check_rate(
             self.dropout if attention_dropout is None else attention_dropout,
             "attention_dropout",
         )
@@ -74,12 +96,48 @@ class TransformerBlockBase(keras.layers.Layer):
             layer_norm_epsilon, "layer_norm_epsilon"
         )
         self.normalize_first = check_bool(normalize_first, "normalize_first")
-        self.use_fused_attention = check_bool(
-            use_fused_attention, "use_fused_attention"
+        self.flash_attention = resolve_flash_attention(
+            flash_attention, use_fused_attention, self.attention_dropout
         )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
+
+    @property
+    def use_fused_attention(self):
+        """Deprecated: whether the fused kernel may run (`flash_attention`)."""
+        return self.flash_attention is not False
+
+    # keras-hub's names for the sub-layers (read-only; the public names are
+    # the stored ones, so the weights' paths do not change).
+
+    @property
+    def _self_attention_layer(self):
+        return self.self_attention
+
+    @property
+    def _self_attention_layer_norm(self):
+        return self.self_attention_norm
+
+    @property
+    def _self_attention_dropout(self):
+        return self.self_attention_dropout
+
+    @property
+    def _feedforward_intermediate_dense(self):
+        return self.feed_forward.intermediate_dense
+
+    @property
+    def _feedforward_output_dense(self):
+        return self.feed_forward.output_dense
+
+    @property
+    def _feedforward_layer_norm(self):
+        return self.feed_forward_norm
+
+    @property
+    def _feedforward_dropout(self):
+        return self.feed_forward_dropout
 
     def _attention(self, hidden_dim, name):
         check_divisible(hidden_dim, self.num_heads, "hidden_dim", "num_heads")
@@ -87,7 +145,7 @@ class TransformerBlockBase(keras.layers.Layer):
             num_heads=self.num_heads,
             key_dim=hidden_dim // self.num_heads,
             dropout=self.attention_dropout,
-            flash_attention=None if self.use_fused_attention else False,
+            flash_attention=self.flash_attention,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
@@ -143,41 +201,47 @@ class TransformerBlockBase(keras.layers.Layer):
         x = residual + dropout(outputs, training=training)
         return x if self.normalize_first else norm(x)
 
-    @staticmethod
-    def _attend(attention, query, keys, values, mask, return_scores, training):
-        """`call_with_key_value`, always as `(outputs, scores or None)`."""
-        result = attention.call_with_key_value(
-            query,
+    def _attention_residual(
+        self, x, h, sublayer, keys_values, mask, bias, training, return_scores=False
+    ):
+        """`x` plus attention from `h` over `keys_values`, with Add & Norm.
+
+        `sublayer` is `(attention, norm, dropout)`; `mask` (boolean) and
+        `bias` (float, added to the scores) are broadcastable to
+        `(batch, num_heads, query_length, key_length)`. Returns `(x,
+        attention weights)`, the weights `None` unless `return_scores`.
+        """
+        attention, norm, dropout = sublayer
+        keys, values = keys_values
+        attended = attention.call_with_key_value(
+            h,
             keys,
             values,
             attention_mask=mask,
+            attention_bias=bias,
             return_attention_scores=return_scores,
             training=training,
         )
-        return result if return_scores else (result, None)
+        attended, scores = attended if return_scores else (attended, None)
+        return self._add_and_norm(x, attended, norm, dropout, training), scores
 
-    def _self_attention_sublayer(self, x, masks, return_scores, training):
-        """Self-attention with Add & Norm; returns `(x, scores or None)`.
+    def _self_attention_sublayer(self, x, mask, bias, training, return_scores=False):
+        """Self-attention over `x` with Add & Norm; `(x, weights or None)`.
 
-        `masks` is `(padding_mask, attention_mask, use_causal_mask)`.
+        `mask` is the merged boolean mask `(batch, length, length)`, `bias`
+        an optional float bias broadcastable to `(batch, num_heads, length,
+        length)`.
         """
-        padding_mask, attention_mask, use_causal_mask = masks
-        mask = merge_attention_masks(
-            x,
-            x,
-            value_mask=padding_mask,
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-        )
         h = self._sublayer_input(x, self.self_attention_norm)
-        keys, values = self.self_attention.compute_key_value(h)
-        attended, scores = self._attend(
-            self.self_attention, h, keys, values, mask, return_scores, training
+        keys_values = self.self_attention.compute_key_value(h)
+        sublayer = (
+            self.self_attention,
+            self.self_attention_norm,
+            self.self_attention_dropout,
         )
-        x = self._add_and_norm(
-            x, attended, self.self_attention_norm, self.self_attention_dropout, training
+        return self._attention_residual(
+            x, h, sublayer, keys_values, mask, bias, training, return_scores
         )
-        return x, scores
 
     def _feed_forward_sublayer(self, x, training):
         """The position-wise feed-forward network with Add & Norm."""
@@ -198,7 +262,7 @@ class TransformerBlockBase(keras.layers.Layer):
                 "activation": keras.activations.serialize(self.activation),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "normalize_first": self.normalize_first,
-                "use_fused_attention": self.use_fused_attention,
+                "flash_attention": self.flash_attention,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
@@ -206,3 +270,19 @@ class TransformerBlockBase(keras.layers.Layer):
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if "use_fused_attention" in config:
+            # A config written before `flash_attention` (keras-attn 5c2228a
+            # and earlier): read without a warning, the file is not the
+            # user's code to change.
+            use_fused_attention = config.pop("use_fused_attention")
+            if "flash_attention" not in config:
+                config["flash_attention"] = (
+                    None
+                    if check_bool(use_fused_attention, "use_fused_attention")
+                    else False
+                )
+        return super().from_config(config)

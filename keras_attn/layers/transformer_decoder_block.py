@@ -3,17 +3,39 @@
 import keras
 from keras import ops
 
-from keras_attn.layers.attention_heads import combine_masks
-from keras_attn.layers.masking import (
-    as_bool_mask,
-    causal_mask,
-    merge_attention_masks,
-)
+from keras_attn.layers.masking import as_bool_mask, causal_mask, merge_attention_masks
 from keras_attn.layers.transformer_block_base import (
     TransformerBlockBase,
-    bool_masks,
     check_sequence_shape,
 )
+
+# keras-hub's cache call arguments, in the order `call` gathers them.
+STACKED_CACHE_ARGUMENTS = (
+    "self_attention_cache",
+    "self_attention_cache_update_index",
+    "cross_attention_cache",
+    "cross_attention_cache_update_index",
+)
+
+
+def write_cache(cache, index, keys, values):
+    """`cache = (keys, values)` with the new ones written at `index`.
+
+    Args:
+        cache: `(keys, values)`, each `(batch, max_length, num_heads,
+            head_dim)`.
+        index: int or scalar int tensor, the slot of the first new position.
+        keys, values: `(batch, new_length, num_heads, head_dim)` each.
+
+    Returns:
+        The updated `(keys, values)`.
+    """
+    start = (0, index, 0, 0)
+    key_cache, value_cache = cache
+    return (
+        ops.slice_update(key_cache, start, ops.cast(keys, key_cache.dtype)),
+        ops.slice_update(value_cache, start, ops.cast(values, value_cache.dtype)),
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -37,11 +59,18 @@ class TransformerDecoderBlock(TransformerBlockBase):
         layer_norm_epsilon: float. Defaults to `1e-6`.
         normalize_first: bool, pre-norm instead of the paper's post-norm.
             Defaults to `False`.
-        use_fused_attention: bool. Defaults to `True`.
+        flash_attention: `None`, `True` or `False`, as on
+            `keras_attn.layers.MultiHeadAttention`: `None` uses the fused
+            kernel when possible, `True` requires it (with
+            `attention_dropout=0.0`), `False` never uses it. Defaults to
+            `None`.
         kernel_initializer: initializer of the attention and feed-forward
             kernels. Defaults to `"glorot_uniform"`.
         bias_initializer: initializer of the attention and feed-forward
             biases. Defaults to `"zeros"`.
+        use_fused_attention: deprecated alias of `flash_attention` (`True`
+            is `flash_attention=None`, `False` is `False`). Defaults to
+            `None`.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -59,12 +88,29 @@ class TransformerDecoderBlock(TransformerBlockBase):
             weights `(batch, num_heads, target_length, source_length)`.
             Defaults to `False`.
         training: bool, whether dropout is active.
+        encoder_attention_mask: optional boolean `(batch, target_length,
+            source_length)`.
+        self_attention_bias: optional float tensor broadcastable to
+            `(batch, num_heads, target_length, target_length)`, added to the
+            self-attention scores before the softmax (a relative position
+            bias, ALiBi, ...).
+        self_attention_cache, self_attention_cache_update_index,
+        cross_attention_cache, cross_attention_cache_update_index:
+            keras-hub's `TransformerDecoder` cache call, served by the same
+            code as `call_cached` (which new code should use): stacked
+            caches `(batch, 2, length, num_heads, head_dim)`.
         decoder_sequence_mask, encoder_sequence_mask: filled by Keras from
             mask-carrying inputs; used when the padding masks are not given.
 
     Returns:
         `(batch, target_length, hidden_dim)`, or `(output, cross_attention_
-        scores)` with `return_attention_scores=True`.
+        scores)` with `return_attention_scores=True`. With keras-hub's
+        `self_attention_cache`: `(output, self_attention_cache)`, and
+        `(output, self_attention_cache, cross_attention_cache)` with
+        cross-attention, as keras-hub.
+
+    To decode with a cache, compute `compute_cross_attention_cache` once per
+    sentence, then run `call_cached` on each step's new positions.
 
     Example:
 
@@ -94,6 +140,21 @@ class TransformerDecoderBlock(TransformerBlockBase):
         self._build_feed_forward(decoder_sequence_shape)
         self.built = True
 
+    # keras-hub's names for the cross-attention sub-layers (read-only).
+
+    @property
+    def _cross_attention_layer(self):
+        """`cross_attention`, or `None` without cross-attention (as keras-hub)."""
+        return self.cross_attention if self.has_cross_attention else None
+
+    @property
+    def _cross_attention_layer_norm(self):
+        return self.cross_attention_norm
+
+    @property
+    def _cross_attention_dropout(self):
+        return self.cross_attention_dropout
+
     def _check_encoder_sequence(self, encoder_sequence):
         if self.has_cross_attention and encoder_sequence is None:
             raise ValueError(
@@ -107,27 +168,25 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 "`encoder_sequence`."
             )
 
-    def _cross_attention_sublayer(self, x, cross_cache, mask, return_scores, training):
-        """Cross-attention with Add & Norm; returns `(x, scores or None)`.
+    def _cross_attention_sublayer(
+        self, x, cross_keys_values, mask, training, return_scores=False
+    ):
+        """Cross-attention with Add & Norm; returns `(x, weights or None)`.
 
-        `cross_cache` is the encoder output's `(keys, values)`; without
-        cross-attention (decoder-only blocks) `x` passes unchanged.
+        `cross_keys_values` are the encoder output's `(keys, values)`;
+        without cross-attention (decoder-only blocks) `x` passes unchanged.
         """
         if not self.has_cross_attention:
             return x, None
         h = self._sublayer_input(x, self.cross_attention_norm)
-        keys, values = cross_cache
-        attended, scores = self._attend(
-            self.cross_attention, h, keys, values, mask, return_scores, training
-        )
-        x = self._add_and_norm(
-            x,
-            attended,
+        sublayer = (
+            self.cross_attention,
             self.cross_attention_norm,
             self.cross_attention_dropout,
-            training,
         )
-        return x, scores
+        return self._attention_residual(
+            x, h, sublayer, cross_keys_values, mask, None, training, return_scores
+        )
 
     def call(
         self,
@@ -140,6 +199,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
         return_attention_scores=False,
         training=None,
         encoder_attention_mask=None,
+        self_attention_bias=None,
         self_attention_cache=None,
         self_attention_cache_update_index=None,
         cross_attention_cache=None,
@@ -148,60 +208,73 @@ class TransformerDecoderBlock(TransformerBlockBase):
         encoder_sequence_mask=None,
     ):
         self._check_encoder_sequence(encoder_sequence)
-        masks = bool_masks(
-            decoder_padding_mask=(
-                decoder_sequence_mask
-                if decoder_padding_mask is None
-                else decoder_padding_mask
-            ),
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_padding_mask=(
-                encoder_sequence_mask
-                if encoder_padding_mask is None
-                else encoder_padding_mask
-            ),
-            encoder_attention_mask=encoder_attention_mask,
+        decoder_attention_mask = as_bool_mask(
+            decoder_attention_mask, "decoder_attention_mask"
         )
-        if self_attention_cache is not None or cross_attention_cache is not None:
+        encoder_padding_mask = as_bool_mask(
+            encoder_sequence_mask
+            if encoder_padding_mask is None
+            else encoder_padding_mask,
+            "encoder_padding_mask",
+        )
+        encoder_attention_mask = as_bool_mask(
+            encoder_attention_mask, "encoder_attention_mask"
+        )
+        stacked_caches = (
+            self_attention_cache,
+            self_attention_cache_update_index,
+            cross_attention_cache,
+            cross_attention_cache_update_index,
+        )
+        if any(argument is not None for argument in stacked_caches):
             return self._call_with_stacked_cache(
                 decoder_sequence,
                 encoder_sequence,
-                (self_attention_cache, self_attention_cache_update_index),
-                (cross_attention_cache, cross_attention_cache_update_index),
-                masks,
-                use_causal_mask,
-                training,
+                stacked_caches,
+                self_masks=(
+                    as_bool_mask(decoder_padding_mask, "decoder_padding_mask"),
+                    decoder_attention_mask,
+                    use_causal_mask,
+                ),
+                cross_masks=(encoder_padding_mask, encoder_attention_mask),
+                self_attention_bias=self_attention_bias,
+                return_attention_scores=return_attention_scores,
+                training=training,
             )
-        if self_attention_cache_update_index is not None:
-            raise ValueError(
-                "`self_attention_cache_update_index` needs a "
-                "`self_attention_cache`. Received: self_attention_cache=None, "
-                f"self_attention_cache_update_index={self_attention_cache_update_index}"
-            )
-        self_masks = (
-            masks["decoder_padding_mask"],
-            masks["decoder_attention_mask"],
-            use_causal_mask,
+        decoder_padding_mask = as_bool_mask(
+            decoder_sequence_mask
+            if decoder_padding_mask is None
+            else decoder_padding_mask,
+            "decoder_padding_mask",
+        )
+        self_mask = merge_attention_masks(
+            decoder_sequence,
+            decoder_sequence,
+            value_mask=decoder_padding_mask,
+            attention_mask=decoder_attention_mask,
+            use_causal_mask=use_causal_mask,
         )
         x, _ = self._self_attention_sublayer(
-            decoder_sequence, self_masks, False, training
+            decoder_sequence, self_mask, self_attention_bias, training
         )
-        cross_cache, cross_mask = None, None
+        cross_keys_values, cross_mask = None, None
         if self.has_cross_attention:
-            cross_cache = self.cross_attention.compute_key_value(encoder_sequence)
+            cross_keys_values = self.cross_attention.compute_key_value(encoder_sequence)
             cross_mask = merge_attention_masks(
                 decoder_sequence,
                 encoder_sequence,
-                value_mask=masks["encoder_padding_mask"],
-                attention_mask=masks["encoder_attention_mask"],
+                value_mask=encoder_padding_mask,
+                attention_mask=encoder_attention_mask,
             )
         x, scores = self._cross_attention_sublayer(
-            x, cross_cache, cross_mask, return_attention_scores, training
+            x, cross_keys_values, cross_mask, training, return_attention_scores
         )
         x = self._feed_forward_sublayer(x, training)
         if return_attention_scores:
             return x, scores
         return x
+
+    # --- Decoding with a cache ---------------------------------------------
 
     def compute_cross_attention_cache(self, encoder_sequence):
         """Keys and values of the encoder output, computed once per sentence.
@@ -223,6 +296,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
         cache_index,
         cross_attention_cache=None,
         encoder_padding_mask=None,
+        self_attention_bias=None,
     ):
         """Runs the block for new positions only, reusing cached keys/values.
 
@@ -242,218 +316,272 @@ class TransformerDecoderBlock(TransformerBlockBase):
                 `compute_cross_attention_cache`; required with
                 cross-attention.
             encoder_padding_mask: optional boolean `(batch, source_length)`.
+            self_attention_bias: optional float tensor broadcastable to
+                `(batch, num_heads, new_length, max_length)`: the bias of
+                the new positions (queries) over every cache slot (keys).
 
         Returns:
             `(outputs, self_attention_cache)`: `(batch, new_length,
             hidden_dim)` and the updated cache.
+
+        Example:
+
+        >>> block = keras_attn.layers.TransformerDecoderBlock(
+        ...     num_heads=2, intermediate_dim=32)
+        >>> _ = block(keras.random.normal((1, 4, 16)))  # builds, decoder-only
+        >>> slots = keras.ops.zeros((1, 4, 2, 8))  # (batch, max_length, heads, dim)
+        >>> out, cache = block.call_cached(
+        ...     keras.random.normal((1, 1, 16)), (slots, slots), cache_index=0)
+        >>> tuple(out.shape), tuple(cache[0].shape)
+        ((1, 1, 16), (1, 4, 2, 8))
         """
         if self.has_cross_attention and cross_attention_cache is None:
             raise ValueError(
                 f"Layer {self.name} has cross-attention: pass "
                 "`cross_attention_cache` from `compute_cross_attention_cache`."
             )
-        cross_mask = None
-        if self.has_cross_attention and encoder_padding_mask is not None:
-            cross_mask = merge_attention_masks(
-                decoder_sequence,
-                cross_attention_cache[0],
-                value_mask=as_bool_mask(encoder_padding_mask, "encoder_padding_mask"),
-            )
-        outputs, keys, values = self._cached(
-            decoder_sequence,
-            self_attention_cache,
-            cache_index,
-            cross_attention_cache,
-            self_mask=None,
-            use_causal_mask=True,
-            cross_mask=cross_mask,
-            training=False,
-        )
-        return outputs, (keys, values)
-
-    @staticmethod
-    def _write_cache(cache, index, keys, values):
-        """`cache = (keys, values)` with the new ones written at `index`."""
-        start = (0, index, 0, 0)
-        key_cache, value_cache = cache
-        return (
-            ops.slice_update(key_cache, start, ops.cast(keys, key_cache.dtype)),
-            ops.slice_update(value_cache, start, ops.cast(values, value_cache.dtype)),
-        )
-
-    @staticmethod
-    def _cached_self_mask(self_mask, use_causal_mask, cache_index, shape):
-        """The self-attention mask of a cached step, `(batch, new, max)`.
-
-        `shape` is `(batch, new_length, max_length)`; the causal mask is
-        offset by `cache_index` (new position `i` sees slots `<= index + i`).
-        """
-        batch_size, new_length, max_length = shape
-        if use_causal_mask:
-            # (1, new_length, max_length)
-            causal = causal_mask(
-                new_length,
-                max_length,
-                query_offset=0 if cache_index is None else cache_index,
-            )
-            self_mask = (
-                causal if self_mask is None else ops.logical_and(self_mask, causal)
-            )
-        if self_mask is None:
-            return None
-        # (batch, new_length, max_length)
-        return ops.broadcast_to(self_mask, (batch_size, new_length, max_length))
-
-    def _cached(
-        self,
-        decoder_sequence,
-        self_attention_cache,
-        cache_index,
-        cross_attention_cache,
-        self_mask,
-        use_causal_mask,
-        cross_mask,
-        training,
-    ):
-        """The cached step of `call_cached` and of keras-hub's cache call.
-
-        `cache_index=None` reads the self-attention cache without writing
-        it. `self_mask` (broadcastable to `(batch, new_length, max_length)`)
-        is combined with the causal mask offset by `cache_index`. Returns
-        `(outputs, keys, values)`, the last two the updated cache.
-        """
         # A direct call (not through `__call__`) may pass NumPy: on torch,
         # `ndarray + tensor` in the residual would then fail.
         x = ops.convert_to_tensor(decoder_sequence)
-        batch_size, new_length = ops.shape(x)[0], ops.shape(x)[1]
-        max_length = ops.shape(self_attention_cache[0])[1]
-        self_mask = self._cached_self_mask(
-            self_mask,
-            use_causal_mask,
+        cross_mask = None
+        if self.has_cross_attention and encoder_padding_mask is not None:
+            cross_mask = merge_attention_masks(
+                x,
+                cross_attention_cache[0],
+                value_mask=as_bool_mask(encoder_padding_mask, "encoder_padding_mask"),
+            )
+        self_mask = self._cached_self_attention_mask(
+            x, self_attention_cache[0], cache_index
+        )
+        return self._cached_step(
+            x,
+            self_attention_cache,
             cache_index,
-            (batch_size, new_length, max_length),
+            cross_attention_cache,
+            (self_mask, cross_mask),
+            self_attention_bias,
+            training=False,
         )
-        h = self._sublayer_input(x, self.self_attention_norm)
-        keys, values = self_attention_cache
-        if cache_index is not None:
-            new_keys, new_values = self.self_attention.compute_key_value(h)
-            keys, values = self._write_cache(
-                self_attention_cache, cache_index, new_keys, new_values
-            )
-        attended, _ = self._attend(
-            self.self_attention, h, keys, values, self_mask, False, training
-        )
-        x = self._add_and_norm(
-            x, attended, self.self_attention_norm, self.self_attention_dropout, training
-        )
-        x, _ = self._cross_attention_sublayer(
-            x, cross_attention_cache, cross_mask, False, training
-        )
-        return self._feed_forward_sublayer(x, training), keys, values
-
-    def _check_stacked_caches(self, self_attention_cache, cross_attention_cache):
-        if self_attention_cache is None or (
-            self.has_cross_attention and cross_attention_cache is None
-        ):
-            raise ValueError(
-                f"Layer {self.name}: `self_attention_cache` and "
-                "`cross_attention_cache` (with cross-attention) must both be set "
-                "or both be `None`. Received: "
-                f"self_attention_cache={'set' if self_attention_cache is not None else None}, "
-                f"cross_attention_cache={'set' if cross_attention_cache is not None else None}"
-            )
 
     @staticmethod
-    def _stacked_self_mask(decoder_padding_mask, decoder_attention_mask):
-        """Padding and explicit masks of keras-hub's cache call, or `None`."""
-        padding = None
-        if decoder_padding_mask is not None:
-            # (batch, 1, max_length): padded cache slots.
-            padding = decoder_padding_mask[:, None, :]
-        return combine_masks(padding, decoder_attention_mask)
+    def _cached_self_attention_mask(
+        x,
+        keys,
+        cache_index,
+        padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=True,
+    ):
+        """The self-attention mask of a cached step, `(batch, new_length,
+        max_length)` (or `None`).
 
-    def _stacked_cross_cache(self, encoder_sequence, cache, update_index):
-        """The cross-attention `(keys, values)` read from, or written to, `cache`."""
-        if not self.has_cross_attention:
-            return None
-        # (batch, source_length, num_heads, head_dim) each
-        unstacked = (cache[:, 0], cache[:, 1])
-        if update_index is None:
-            return unstacked
-        keys, values = self.cross_attention.compute_key_value(encoder_sequence)
-        return self._write_cache(unstacked, update_index, keys, values)
+        `padding_mask` `(batch, max_length)` marks cache slots; the causal
+        mask is offset by `cache_index`: new position `i` sees the slots
+        `<= cache_index + i`.
+        """
+        mask = merge_attention_masks(
+            x, keys, value_mask=padding_mask, attention_mask=attention_mask
+        )
+        if not use_causal_mask:
+            return mask
+        # (1, new_length, max_length)
+        causal = causal_mask(
+            ops.shape(x)[1],
+            ops.shape(keys)[1],
+            query_offset=0 if cache_index is None else cache_index,
+        )
+        if mask is not None:
+            return ops.logical_and(mask, causal)
+        # (batch, new_length, max_length)
+        return ops.broadcast_to(
+            causal, (ops.shape(x)[0], ops.shape(x)[1], ops.shape(keys)[1])
+        )
+
+    def _cached_step(
+        self,
+        x,
+        self_attention_cache,
+        cache_index,
+        cross_keys_values,
+        masks,
+        self_attention_bias,
+        training,
+    ):
+        """The block on new positions over a cache (`call_cached`'s work,
+        and keras-hub's cache call's).
+
+        `masks` is `(self_mask, cross_mask)`, merged. `cache_index=None`
+        reads the self-attention cache without writing it. Returns
+        `(outputs, (keys, values))`, the second the updated cache.
+        """
+        self_mask, cross_mask = masks
+        h = self._sublayer_input(x, self.self_attention_norm)
+        keys_values = self_attention_cache
+        if cache_index is not None:
+            new_keys, new_values = self.self_attention.compute_key_value(h)
+            keys_values = write_cache(
+                self_attention_cache, cache_index, new_keys, new_values
+            )
+        sublayer = (
+            self.self_attention,
+            self.self_attention_norm,
+            self.self_attention_dropout,
+        )
+        x, _ = self._attention_residual(
+            x, h, sublayer, keys_values, self_mask, self_attention_bias, training
+        )
+        x, _ = self._cross_attention_sublayer(
+            x, cross_keys_values, cross_mask, training
+        )
+        return self._feed_forward_sublayer(x, training), keys_values
+
+    # --- keras-hub's cache call, an adapter onto `_cached_step` ------------
+
+    def _check_stacked_caches(self, stacked_caches, return_attention_scores):
+        self_cache, _, cross_cache, cross_index = stacked_caches
+        received = ", ".join(
+            f"{name}=set"
+            for name, value in zip(STACKED_CACHE_ARGUMENTS, stacked_caches)
+            if value is not None
+        )
+        if self_cache is None:
+            raise ValueError(
+                f"Layer {self.name}: keras-hub's cache arguments need a "
+                f"`self_attention_cache`. Received: {received}"
+            )
+        if self.has_cross_attention and cross_cache is None:
+            raise ValueError(
+                f"Layer {self.name} has cross-attention: `self_attention_cache` "
+                "and `cross_attention_cache` must both be set or both be "
+                f"`None`. Received: {received}"
+            )
+        if not self.has_cross_attention and (
+            cross_cache is not None or cross_index is not None
+        ):
+            raise ValueError(
+                f"Layer {self.name} was built without cross-attention; it takes "
+                f"no `cross_attention_cache`. Received: {received}"
+            )
+        if return_attention_scores:
+            raise ValueError(
+                "`return_attention_scores=True` is not supported with "
+                f"keras-hub's cache arguments. Received: {received}"
+            )
 
     def _call_with_stacked_cache(
         self,
         decoder_sequence,
         encoder_sequence,
-        self_cache_and_index,
-        cross_cache_and_index,
-        masks,
-        use_causal_mask,
+        stacked_caches,
+        self_masks,
+        cross_masks,
+        self_attention_bias,
+        return_attention_scores,
         training,
     ):
-        """keras-hub's `TransformerDecoder` cache call.
+        """keras-hub's `TransformerDecoder` cache call, run by `_cached_step`.
 
-        Caches are stacked `(batch, 2, length, num_heads, head_dim)` tensors
-        (keys at `[:, 0]`, values at `[:, 1]`), each given with its update
-        index; an index of `None` reads a cache without writing it. `masks`
-        holds the call's four masks by argument name.
+        keras-hub stacks a cache in one `(batch, 2, length, num_heads,
+        head_dim)` tensor (keys at `[:, 0]`, values at `[:, 1]`) and gives
+        it with an update index; an index of `None` reads the cache without
+        writing it (`cross_attention_cache_update_index=0` fills the
+        cross-attention cache from `encoder_sequence`). `stacked_caches` is
+        `(self_attention_cache, self_attention_cache_update_index,
+        cross_attention_cache, cross_attention_cache_update_index)`;
+        `self_masks` is `(padding_mask, attention_mask, use_causal_mask)`,
+        the padding mask `(batch, max_length)` over the cache's slots (the
+        Keras mask of `decoder_sequence`, which covers the new positions
+        only, is not used); `cross_masks` is `(padding_mask,
+        attention_mask)`.
+
+        Returns:
+            `(outputs, self_attention_cache)`, and `cross_attention_cache`
+            third with cross-attention.
         """
-        self_cache, self_index = self_cache_and_index
-        stacked_cross_cache, cross_index = cross_cache_and_index
-        self._check_stacked_caches(self_cache, stacked_cross_cache)
-        cross_cache = self._stacked_cross_cache(
-            encoder_sequence, stacked_cross_cache, cross_index
-        )
-        cross_mask = None
-        if self.has_cross_attention and (
-            masks["encoder_padding_mask"] is not None
-            or masks["encoder_attention_mask"] is not None
-        ):
+        self._check_stacked_caches(stacked_caches, return_attention_scores)
+        self_cache, self_index, cross_cache, cross_index = stacked_caches
+        x = ops.convert_to_tensor(decoder_sequence)
+        # (batch, max_length, num_heads, head_dim) each
+        keys_values = (self_cache[:, 0], self_cache[:, 1])
+        cross_keys_values, cross_mask = None, None
+        if self.has_cross_attention:
+            # (batch, source_length, num_heads, head_dim) each
+            cross_keys_values = (cross_cache[:, 0], cross_cache[:, 1])
+            if cross_index is not None:
+                new_keys, new_values = self.cross_attention.compute_key_value(
+                    encoder_sequence
+                )
+                cross_keys_values = write_cache(
+                    cross_keys_values, cross_index, new_keys, new_values
+                )
+                # (batch, 2, source_length, num_heads, head_dim)
+                cross_cache = ops.stack(cross_keys_values, axis=1)
+            padding_mask, attention_mask = cross_masks
             cross_mask = merge_attention_masks(
-                decoder_sequence,
-                cross_cache[0],
-                value_mask=masks["encoder_padding_mask"],
-                attention_mask=masks["encoder_attention_mask"],
+                x,
+                cross_keys_values[0],
+                value_mask=padding_mask,
+                attention_mask=attention_mask,
             )
-        self_mask = self._stacked_self_mask(
-            masks["decoder_padding_mask"], masks["decoder_attention_mask"]
+        self_mask = self._cached_self_attention_mask(
+            x, keys_values[0], self_index, *self_masks
         )
-        outputs, keys, values = self._cached(
-            decoder_sequence,
-            (self_cache[:, 0], self_cache[:, 1]),
+        outputs, keys_values = self._cached_step(
+            x,
+            keys_values,
             self_index,
-            cross_cache,
-            self_mask=self_mask,
-            use_causal_mask=use_causal_mask,
-            cross_mask=cross_mask,
-            training=training,
+            cross_keys_values,
+            (self_mask, cross_mask),
+            self_attention_bias,
+            training,
         )
-        # (batch, 2, max_length, num_heads, head_dim)
-        self_cache = ops.stack((keys, values), axis=1)
+        if self_index is not None:
+            # (batch, 2, max_length, num_heads, head_dim)
+            self_cache = ops.stack(keys_values, axis=1)
         if not self.has_cross_attention:
             return outputs, self_cache
-        return outputs, self_cache, ops.stack(cross_cache, axis=1)
+        return outputs, self_cache, cross_cache
 
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return decoder_sequence_shape
 
-    def compute_output_spec(self, decoder_sequence, encoder_sequence=None, **kwargs):
+    def compute_output_spec(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        encoder_padding_mask=None,
+        decoder_attention_mask=None,
+        use_causal_mask=True,
+        return_attention_scores=False,
+        training=None,
+        encoder_attention_mask=None,
+        self_attention_bias=None,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
+        cross_attention_cache_update_index=None,
+        decoder_sequence_mask=None,
+        encoder_sequence_mask=None,
+    ):
         self._check_encoder_sequence(encoder_sequence)
         output = keras.KerasTensor(decoder_sequence.shape, dtype=self.compute_dtype)
-        self_cache = kwargs.get("self_attention_cache")
-        if self_cache is not None:
-            self_cache = keras.KerasTensor(self_cache.shape, dtype=self_cache.dtype)
+        stacked_caches = (
+            self_attention_cache,
+            self_attention_cache_update_index,
+            cross_attention_cache,
+            cross_attention_cache_update_index,
+        )
+        if any(argument is not None for argument in stacked_caches):
+            # keras-hub's cache call returns the caches it was given, updated.
+            self._check_stacked_caches(stacked_caches, return_attention_scores)
+            caches = (self_attention_cache, cross_attention_cache)
             if not self.has_cross_attention:
-                return output, self_cache
-            cross_cache = kwargs["cross_attention_cache"]
-            return (
-                output,
-                self_cache,
-                keras.KerasTensor(cross_cache.shape, dtype=cross_cache.dtype),
+                caches = caches[:1]
+            return output, *(
+                keras.KerasTensor(cache.shape, dtype=cache.dtype) for cache in caches
             )
-        if not kwargs.get("return_attention_scores", False):
+        if not return_attention_scores:
             return output
         if encoder_sequence is None:
             return output, None

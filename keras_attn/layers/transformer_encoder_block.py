@@ -2,9 +2,9 @@
 
 import keras
 
+from keras_attn.layers.masking import as_bool_mask, merge_attention_masks
 from keras_attn.layers.transformer_block_base import (
     TransformerBlockBase,
-    bool_masks,
     check_sequence_shape,
 )
 
@@ -28,12 +28,18 @@ class TransformerEncoderBlock(TransformerBlockBase):
         layer_norm_epsilon: float. Defaults to `1e-6`.
         normalize_first: bool, pre-norm (`True`) instead of the paper's
             post-norm. Defaults to `False`.
-        use_fused_attention: bool, use `keras.ops.dot_product_attention`
-            when possible. Defaults to `True`.
+        flash_attention: `None`, `True` or `False`, as on
+            `keras_attn.layers.MultiHeadAttention`: `None` uses the fused
+            `keras.ops.dot_product_attention` kernel when possible, `True`
+            requires it (with `attention_dropout=0.0`), `False` never uses
+            it. Defaults to `None`.
         kernel_initializer: initializer of the attention and feed-forward
             kernels. Defaults to `"glorot_uniform"`.
         bias_initializer: initializer of the attention and feed-forward
             biases. Defaults to `"zeros"`.
+        use_fused_attention: deprecated alias of `flash_attention` (`True`
+            is `flash_attention=None`, `False` is `False`). Defaults to
+            `None`.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -47,6 +53,10 @@ class TransformerEncoderBlock(TransformerBlockBase):
         return_attention_scores: bool, whether to also return the
             self-attention weights `(batch, num_heads, length, length)`.
             Defaults to `False`.
+        attention_bias: optional float tensor broadcastable to
+            `(batch, num_heads, length, length)`, added to the
+            self-attention scores before the softmax (a relative position
+            bias, ALiBi, ...).
 
     Returns:
         A tensor of the shape of `inputs`, or `(output, attention_scores)`
@@ -77,16 +87,20 @@ class TransformerEncoderBlock(TransformerBlockBase):
         use_causal_mask=False,
         training=None,
         return_attention_scores=False,
+        attention_bias=None,
         mask=None,
     ):
         # `mask` is the Keras mask Keras passes in for mask-carrying inputs.
-        masks = bool_masks(
-            padding_mask=mask if padding_mask is None else padding_mask,
-            attention_mask=attention_mask,
+        padding_mask = mask if padding_mask is None else padding_mask
+        self_mask = merge_attention_masks(
+            inputs,
+            inputs,
+            value_mask=as_bool_mask(padding_mask, "padding_mask"),
+            attention_mask=as_bool_mask(attention_mask, "attention_mask"),
+            use_causal_mask=use_causal_mask,
         )
-        self_masks = (masks["padding_mask"], masks["attention_mask"], use_causal_mask)
         x, scores = self._self_attention_sublayer(
-            inputs, self_masks, return_attention_scores, training
+            inputs, self_mask, attention_bias, training, return_attention_scores
         )
         x = self._feed_forward_sublayer(x, training)
         if return_attention_scores:
@@ -96,7 +110,17 @@ class TransformerEncoderBlock(TransformerBlockBase):
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
 
-    def compute_output_spec(self, inputs, return_attention_scores=False, **kwargs):
+    def compute_output_spec(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        training=None,
+        return_attention_scores=False,
+        attention_bias=None,
+        mask=None,
+    ):
         output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
         if not return_attention_scores:
             return output

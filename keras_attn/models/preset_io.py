@@ -47,6 +47,7 @@ from keras_attn.models.preset_files import (
     read_preset_file,
 )
 from keras_attn.models.presets import ARCHITECTURE_PRESETS, preset_config
+from keras_attn.version import __version__
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
 WEIGHTS_DTYPES = ("float32", "float16", "bfloat16")
@@ -157,8 +158,6 @@ def _known_presets(architecture_presets):
 
 def check_preset_version(metadata, directory):
     """Warns when the preset was written by a newer keras-attn."""
-    from keras_attn import __version__
-
     saved = metadata.get("keras_attn_version")
     if saved and _version_tuple(saved) > _version_tuple(__version__):
         warnings.warn(
@@ -322,8 +321,6 @@ class PresetMixin:
 
     def _preset_metadata(self, tokenizer, metadata, weights_dtype):
         """The facts of `metadata.json`: versions, model, and the caller's."""
-        from keras_attn import __version__
-
         return {
             "keras_attn_version": __version__,
             "keras_version": keras.version(),

@@ -1,94 +1,69 @@
 """The paper's encoder-decoder Transformer as a functional Keras model."""
 
+import types
+
 import keras
 from keras import ops
 
+from keras_attn.layers import position_schemes
+from keras_attn.layers.transformer_block_base import resolve_flash_attention
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.models.presets import TRANSFORMER_PRESETS
 from keras_attn.models.zoo_model import (
     ZooModel,
-    checked_arguments,
-    dropout_layer,
-    layer_norm,
-    padding_mask,
-    token_embedding,
-    transformer_blocks,
-    vocabulary_logits,
+    check_activation,
+    position_bias_argument,
+)
+from keras_attn.validation import (
+    check_bool,
+    check_choice,
+    check_divisible,
+    check_positive_float,
+    check_positive_int,
+    check_rate,
+    check_token_id,
 )
 
+# `layers` below is the model, or, while the model is built, a namespace
+# of its layers under the same names.
 
-def _embed(embedding, dropout, tokens, training=None, start_index=0):
-    return dropout(embedding(tokens, start_index=start_index), training=training)
 
-
-def _run_encoder(parts, tokens, training=None):
+def _run_encoder(layers, tokens, training=None):
     """Token ids `(batch, source_length)` -> encoder output and padding mask."""
-    padding_mask = parts["encoder_padding_mask"](tokens)  # (batch, source_length)
-    x = _embed(parts["encoder_embedding"], parts["encoder_dropout"], tokens, training)
-    for block in parts["encoder_blocks"]:
-        x = block(x, padding_mask=padding_mask, training=training)
-    if parts["encoder_norm"] is not None:
-        x = parts["encoder_norm"](x)
-    return x, padding_mask
+    encoder_padding_mask = layers.encoder_padding_mask_layer(tokens)
+    x = layers.encoder_embedding(tokens)
+    x = layers.encoder_embedding_dropout(x, training=training)
+    bias = position_bias_argument(layers.encoder_position_bias, "attention_bias", x)
+    for block in layers.encoder_blocks:
+        x = block(x, padding_mask=encoder_padding_mask, training=training, **bias)
+    if layers.encoder_output_norm is not None:
+        x = layers.encoder_output_norm(x)
+    # (batch, source_length, hidden_dim), (batch, source_length)
+    return x, encoder_padding_mask
 
 
-def _run_decoder(parts, tokens, encoder_output, encoder_padding_mask, training=None):
+def _run_decoder(layers, tokens, encoder_output, encoder_padding_mask, training=None):
     """Teacher-forced decoder: `(batch, target_length)` ids -> logits."""
-    decoder_padding_mask = parts["decoder_padding_mask"](tokens)
-    x = _embed(parts["decoder_embedding"], parts["decoder_dropout"], tokens, training)
-    for block in parts["decoder_blocks"]:
+    decoder_padding_mask = layers.decoder_padding_mask_layer(tokens)
+    x = layers.decoder_embedding(tokens)
+    x = layers.decoder_embedding_dropout(x, training=training)
+    bias = position_bias_argument(
+        layers.decoder_position_bias, "self_attention_bias", x
+    )
+    for block in layers.decoder_blocks:
         x = block(
             x,
             encoder_output,
             decoder_padding_mask=decoder_padding_mask,
             encoder_padding_mask=encoder_padding_mask,
             training=training,
+            **bias,
         )
-    if parts["decoder_norm"] is not None:
-        x = parts["decoder_norm"](x)
+    if layers.decoder_output_norm is not None:
+        x = layers.decoder_output_norm(x)
     # (batch, target_length, vocabulary_size)
-    return parts["logits"](x)
-
-
-def _layers(arguments, dtype):
-    """The named sub-layers of a `Transformer`, in a dict."""
-    if arguments.tie_embeddings:
-        encoder_embedding = token_embedding(arguments, dtype, "token_embedding")
-        decoder_embedding = encoder_embedding
-    else:
-        encoder_embedding = token_embedding(arguments, dtype, "encoder_embedding")
-        decoder_embedding = token_embedding(arguments, dtype, "decoder_embedding")
-    final_norms = arguments.normalize_first
-    return {
-        "encoder_padding_mask": padding_mask(arguments, "encoder_padding_mask"),
-        "decoder_padding_mask": padding_mask(arguments, "decoder_padding_mask"),
-        "encoder_embedding": encoder_embedding,
-        "decoder_embedding": decoder_embedding,
-        "encoder_dropout": dropout_layer(arguments, dtype, "encoder_embedding_dropout"),
-        "decoder_dropout": dropout_layer(arguments, dtype, "decoder_embedding_dropout"),
-        "encoder_blocks": transformer_blocks(
-            TransformerEncoderBlock,
-            arguments.num_encoder_layers,
-            "encoder_block",
-            arguments,
-            dtype,
-        ),
-        "decoder_blocks": transformer_blocks(
-            TransformerDecoderBlock,
-            arguments.num_decoder_layers,
-            "decoder_block",
-            arguments,
-            dtype,
-        ),
-        "encoder_norm": (
-            layer_norm(arguments, dtype, "encoder_output_norm") if final_norms else None
-        ),
-        "decoder_norm": (
-            layer_norm(arguments, dtype, "decoder_output_norm") if final_norms else None
-        ),
-        "logits": vocabulary_logits(arguments, decoder_embedding, dtype),
-    }
+    return layers.output_projection(x)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -119,7 +94,9 @@ class Transformer(ZooModel):
             `0.0`.
         max_sequence_length: int, the longest sequence (learned positions,
             decoding caches). Defaults to `256`.
-        position: `"sinusoidal"` or `"learned"`. Defaults to `"sinusoidal"`.
+        position: the position scheme's name (see
+            `keras_attn.layers.position_schemes`), `"sinusoidal"` or
+            `"learned"`. Defaults to `"sinusoidal"`.
         normalize_first: bool, pre-norm blocks plus a final layer norm.
             Defaults to `False` (the paper's post-norm).
         tie_embeddings: bool, share encoder/decoder embeddings and the output
@@ -131,10 +108,14 @@ class Transformer(ZooModel):
         pad_id: int, the padding token id. Defaults to `0`.
         activation: feed-forward activation. Defaults to `"relu"`.
         layer_norm_epsilon: float. Defaults to `1e-6`.
-        use_fused_attention: bool. Defaults to `True`.
+        flash_attention: `None` (the fused kernel where the backend has
+            it), `True` (require it) or `False` (never). Defaults to
+            `None`.
         dtype: dtype or `keras.DTypePolicy` of the layers. Defaults to
             `None`, meaning the global policy.
-        **kwargs: base `keras.Model` arguments (`name`, ...).
+        use_fused_attention: deprecated alias of `flash_attention`
+            (`True` is `None`, `False` is `False`). Defaults to `None`.
+        **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Example:
 
@@ -173,18 +154,92 @@ class Transformer(ZooModel):
         pad_id=0,
         activation="relu",
         layer_norm_epsilon=1e-6,
-        use_fused_attention=True,
+        flash_attention=None,
         dtype=None,
+        use_fused_attention=None,
         **kwargs,
     ):
-        arguments = checked_arguments(locals())
-        if arguments.num_encoder_layers is None:
-            arguments.num_encoder_layers = arguments.num_layers
-        if arguments.num_decoder_layers is None:
-            arguments.num_decoder_layers = arguments.num_layers
+        # === Config (checked before any layer is built) ===
+        self._check_keyword_arguments(dtype, kwargs)
+        self.vocabulary_size = check_positive_int(vocabulary_size, "vocabulary_size")
+        self.num_layers = check_positive_int(num_layers, "num_layers")
+        self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        check_divisible(self.hidden_dim, self.num_heads, "hidden_dim", "num_heads")
+        self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
+        self.dropout = check_rate(dropout, "dropout")
+        self.attention_dropout = check_rate(attention_dropout, "attention_dropout")
+        self.max_sequence_length = check_positive_int(
+            max_sequence_length, "max_sequence_length"
+        )
+        self.position = check_choice(position, "position", position_schemes.names())
+        self.normalize_first = check_bool(normalize_first, "normalize_first")
+        self.tie_embeddings = check_bool(tie_embeddings, "tie_embeddings")
+        self.num_encoder_layers = self.num_layers
+        if num_encoder_layers is not None:
+            self.num_encoder_layers = check_positive_int(
+                num_encoder_layers, "num_encoder_layers"
+            )
+        self.num_decoder_layers = self.num_layers
+        if num_decoder_layers is not None:
+            self.num_decoder_layers = check_positive_int(
+                num_decoder_layers, "num_decoder_layers"
+            )
+        self.pad_id = check_token_id(pad_id, "pad_id", self.vocabulary_size)
+        self.activation = check_activation(activation, "activation")
+        self.layer_norm_epsilon = check_positive_float(
+            layer_norm_epsilon, "layer_norm_epsilon"
+        )
+        self.flash_attention = resolve_flash_attention(
+            flash_attention, use_fused_attention, self.attention_dropout
+        )
+        self.position_scheme = position_schemes.get(
+            self.position,
+            sequence_length=self.max_sequence_length,
+            num_heads=self.num_heads,
+        )
+        self.position_scheme.check_embedding_dim(self.hidden_dim, "hidden_dim")
 
         # === Layers ===
-        parts = _layers(arguments, dtype)
+        if self.tie_embeddings:
+            encoder_embedding = self._token_embedding(dtype, "token_embedding")
+            decoder_embedding = encoder_embedding
+        else:
+            encoder_embedding = self._token_embedding(dtype, "encoder_embedding")
+            decoder_embedding = self._token_embedding(dtype, "decoder_embedding")
+        final_norms = self.normalize_first
+        layers = types.SimpleNamespace(
+            encoder_padding_mask_layer=self._padding_mask_layer("encoder_padding_mask"),
+            decoder_padding_mask_layer=self._padding_mask_layer("decoder_padding_mask"),
+            encoder_embedding=encoder_embedding,
+            decoder_embedding=decoder_embedding,
+            encoder_embedding_dropout=self._dropout(dtype, "encoder_embedding_dropout"),
+            decoder_embedding_dropout=self._dropout(dtype, "decoder_embedding_dropout"),
+            # `None` unless the position scheme biases attention scores.
+            encoder_position_bias=self.position_scheme.attention_bias_layer(
+                True, dtype, "encoder_position_bias"
+            ),
+            decoder_position_bias=self.position_scheme.attention_bias_layer(
+                False, dtype, "decoder_position_bias"
+            ),
+            encoder_blocks=self._transformer_blocks(
+                TransformerEncoderBlock, self.num_encoder_layers, "encoder_block", dtype
+            ),
+            decoder_blocks=self._transformer_blocks(
+                TransformerDecoderBlock, self.num_decoder_layers, "decoder_block", dtype
+            ),
+            encoder_output_norm=(
+                self._layer_normalization(dtype, "encoder_output_norm")
+                if final_norms
+                else None
+            ),
+            decoder_output_norm=(
+                self._layer_normalization(dtype, "decoder_output_norm")
+                if final_norms
+                else None
+            ),
+            output_projection=self._vocabulary_logits(decoder_embedding, dtype),
+        )
 
         # === Functional Model ===
         inputs = {
@@ -192,26 +247,59 @@ class Transformer(ZooModel):
             for name in self.token_inputs
         }
         encoder_output, encoder_padding_mask = _run_encoder(
-            parts, inputs["encoder_tokens"]
+            layers, inputs["encoder_tokens"]
         )
         logits = _run_decoder(
-            parts, inputs["decoder_tokens"], encoder_output, encoder_padding_mask
+            layers, inputs["decoder_tokens"], encoder_output, encoder_padding_mask
         )
-        super().__init__(inputs, logits, arguments, dtype=dtype, **kwargs)
-        self._parts = parts
+        super().__init__(inputs, logits, dtype=dtype, **kwargs)
 
-    @property
-    def encoder_blocks(self):
-        return self._parts["encoder_blocks"]
-
-    @property
-    def decoder_blocks(self):
-        return self._parts["decoder_blocks"]
+        # The layers as attributes, assigned after the graph so that the
+        # weights keep the graph's order (see `ZooModel`).
+        self.encoder_padding_mask_layer = layers.encoder_padding_mask_layer
+        self.decoder_padding_mask_layer = layers.decoder_padding_mask_layer
+        self.encoder_embedding = layers.encoder_embedding
+        self.decoder_embedding = layers.decoder_embedding
+        self.encoder_embedding_dropout = layers.encoder_embedding_dropout
+        self.decoder_embedding_dropout = layers.decoder_embedding_dropout
+        self.encoder_position_bias = layers.encoder_position_bias
+        self.decoder_position_bias = layers.decoder_position_bias
+        self.encoder_blocks = layers.encoder_blocks
+        self.decoder_blocks = layers.decoder_blocks
+        self.encoder_output_norm = layers.encoder_output_norm
+        self.decoder_output_norm = layers.decoder_output_norm
+        self.output_projection = layers.output_projection
 
     @property
     def token_embedding(self):
-        """The (decoder) `TokenAndPositionEmbedding`."""
-        return self._parts["decoder_embedding"]
+        """The decoder's `TokenAndPositionEmbedding` (with tied embeddings,
+        also the encoder's)."""
+        return self.decoder_embedding
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "num_layers": self.num_layers,
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "max_sequence_length": self.max_sequence_length,
+                "position": self.position,
+                "normalize_first": self.normalize_first,
+                "tie_embeddings": self.tie_embeddings,
+                "num_encoder_layers": self.num_encoder_layers,
+                "num_decoder_layers": self.num_decoder_layers,
+                "pad_id": self.pad_id,
+                "activation": self.activation,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "flash_attention": self.flash_attention,
+            }
+        )
+        return config
 
     # === Decoding with a key/value cache ===
 
@@ -226,18 +314,14 @@ class Transformer(ZooModel):
             `(encoder_output, encoder_padding_mask)`: `(batch, source_length,
             hidden_dim)` and boolean `(batch, source_length)`.
         """
-        return _run_encoder(self._parts, encoder_tokens, training)
+        return _run_encoder(self, encoder_tokens, training)
 
     def decode(
         self, decoder_tokens, encoder_output, encoder_padding_mask, training=False
     ):
         """Teacher-forced decoder pass without a cache; returns logits."""
         return _run_decoder(
-            self._parts,
-            decoder_tokens,
-            encoder_output,
-            encoder_padding_mask,
-            training,
+            self, decoder_tokens, encoder_output, encoder_padding_mask, training
         )
 
     def initial_cache(self, encoder_output, encoder_padding_mask, max_length):
@@ -249,29 +333,17 @@ class Transformer(ZooModel):
         Args:
             encoder_output: `(batch, source_length, hidden_dim)`.
             encoder_padding_mask: boolean `(batch, source_length)`.
-            max_length: int, the most target positions to decode.
+            max_length: int, the most target positions to decode (at most
+                the position scheme's `max_length`).
 
         Returns:
             A dict of tensors (a pytree that `keras.ops.while_loop` carries).
         """
-        if (
-            self.position == "learned"
-            and isinstance(max_length, int)
-            and max_length > self.max_sequence_length
-        ):
-            raise ValueError(
-                f"`max_length` must be at most max_sequence_length="
-                f"{self.max_sequence_length} with learned positions. "
-                f"Received: max_length={max_length}"
-            )
         batch_size = ops.shape(encoder_output)[0]
-        head_dim = self.hidden_dim // self.num_heads
-        slots = ops.zeros(
-            (batch_size, max_length, self.num_heads, head_dim),
-            dtype=self._layers_dtype_policy.compute_dtype,
-        )
         return {
-            "self_attention": tuple((slots, slots) for _ in self.decoder_blocks),
+            "self_attention": self._self_attention_cache(
+                self.decoder_blocks, batch_size, max_length
+            ),
             "cross_attention": tuple(
                 block.compute_cross_attention_cache(encoder_output)
                 for block in self.decoder_blocks
@@ -292,7 +364,15 @@ class Transformer(ZooModel):
             `(logits, cache)`: `(batch, new_length, vocabulary_size)` and the
             updated cache.
         """
-        x = self._parts["decoder_embedding"](decoder_tokens, start_index=cache_index)
+        x = self.decoder_embedding(decoder_tokens, start_index=cache_index)
+        # The new positions against the whole cache (its keys).
+        bias = position_bias_argument(
+            self.decoder_position_bias,
+            "self_attention_bias",
+            x,
+            cache["self_attention"][0][0],
+            query_offset=cache_index,
+        )
         self_caches = []
         for block, self_cache, cross_cache in zip(
             self.decoder_blocks, cache["self_attention"], cache["cross_attention"]
@@ -303,9 +383,10 @@ class Transformer(ZooModel):
                 cache_index,
                 cross_attention_cache=cross_cache,
                 encoder_padding_mask=cache["encoder_padding_mask"],
+                **bias,
             )
             self_caches.append(self_cache)
-        if self._parts["decoder_norm"] is not None:
-            x = self._parts["decoder_norm"](x)
-        logits = self._parts["logits"](x)
+        if self.decoder_output_norm is not None:
+            x = self.decoder_output_norm(x)
+        logits = self.output_projection(x)
         return logits, {**cache, "self_attention": tuple(self_caches)}

@@ -1,60 +1,48 @@
 """A BERT-style encoder with a pooled classification head."""
 
+import types
+
 import keras
 from keras import ops
 
-from keras_attn.layers.sequence_pooling import SequencePooling
+from keras_attn.layers import position_schemes
+from keras_attn.layers.sequence_pooling import POOLINGS, SequencePooling
+from keras_attn.layers.transformer_block_base import resolve_flash_attention
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.models.presets import ENCODER_CLASSIFIER_PRESETS
 from keras_attn.models.zoo_model import (
     ZooModel,
-    checked_arguments,
-    dropout_layer,
-    layer_norm,
-    padding_mask,
-    token_embedding,
-    transformer_blocks,
+    check_activation,
+    position_bias_argument,
+)
+from keras_attn.validation import (
+    check_bool,
+    check_choice,
+    check_divisible,
+    check_positive_float,
+    check_positive_int,
+    check_rate,
+    check_token_id,
 )
 
 
-def _encode(parts, token_ids, training=None):
-    """Token ids `(batch, length)` -> features `(batch, length, hidden_dim)`."""
-    padding_mask = parts["padding_mask"](token_ids)  # (batch, length)
-    x = parts["embedding"](token_ids)
-    if parts["embedding_norm"] is not None:
-        x = parts["embedding_norm"](x)
-    x = parts["embedding_dropout"](x, training=training)
-    for block in parts["blocks"]:
-        x = block(x, padding_mask=padding_mask, training=training)
-    if parts["output_norm"] is not None:
-        x = parts["output_norm"](x)
+def _encode(layers, token_ids, training=None):
+    """Token ids `(batch, length)` -> features `(batch, length, hidden_dim)`.
+
+    `layers` is the model, or, while the model is built, a namespace of its
+    layers under the same names.
+    """
+    padding_mask = layers.padding_mask_layer(token_ids)  # (batch, length)
+    x = layers.token_embedding(token_ids)
+    if layers.embedding_norm is not None:
+        x = layers.embedding_norm(x)
+    x = layers.embedding_dropout(x, training=training)
+    bias = position_bias_argument(layers.position_bias, "attention_bias", x)
+    for block in layers.blocks:
+        x = block(x, padding_mask=padding_mask, training=training, **bias)
+    if layers.output_norm is not None:
+        x = layers.output_norm(x)
     return x, padding_mask
-
-
-def _layers(arguments, dtype):
-    """The named sub-layers of a `TransformerEncoderClassifier`, in a dict."""
-    pre_norm = arguments.normalize_first
-    return {
-        "padding_mask": padding_mask(arguments),
-        "embedding": token_embedding(arguments, dtype, "token_embedding"),
-        "embedding_norm": (
-            None if pre_norm else layer_norm(arguments, dtype, "embedding_norm")
-        ),
-        "embedding_dropout": dropout_layer(arguments, dtype),
-        "blocks": transformer_blocks(
-            TransformerEncoderBlock,
-            arguments.num_layers,
-            "encoder_block",
-            arguments,
-            dtype,
-        ),
-        "output_norm": layer_norm(arguments, dtype, "output_norm")
-        if pre_norm
-        else None,
-        "pooling": SequencePooling(arguments.pooling, dtype=dtype, name="pooling"),
-        "pooled_dropout": dropout_layer(arguments, dtype, "pooled_dropout"),
-        "logits": keras.layers.Dense(arguments.num_classes, dtype=dtype, name="logits"),
-    }
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -92,17 +80,22 @@ class TransformerEncoderClassifier(ZooModel):
         attention_dropout: float, on attention weights. Defaults to `0.0`.
         max_sequence_length: int, the number of learned positions.
             Defaults to `512`.
-        position: `"learned"` (BERT) or `"sinusoidal"`. Defaults to
-            `"learned"`.
+        position: the position scheme's name (see
+            `keras_attn.layers.position_schemes`), `"learned"` (BERT) or
+            `"sinusoidal"`. Defaults to `"learned"`.
         pooling: `"cls"` or `"mean"`. Defaults to `"cls"`.
         normalize_first: bool, pre-norm blocks. Defaults to `False`.
         pad_id: int, the padding id. Defaults to `0`.
         activation: feed-forward activation. Defaults to `"gelu"`.
         layer_norm_epsilon: float. Defaults to `1e-6`.
-        use_fused_attention: bool. Defaults to `True`.
+        flash_attention: `None` (the fused kernel where the backend has
+            it), `True` (require it) or `False` (never). Defaults to
+            `None`.
         dtype: dtype or `keras.DTypePolicy`. Defaults to `None`, meaning
             the global policy.
-        **kwargs: base `keras.Model` arguments (`name`, ...).
+        use_fused_attention: deprecated alias of `flash_attention`
+            (`True` is `None`, `False` is `False`). Defaults to `None`.
+        **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
         token_ids: int tensor `(batch, length)`, `pad_id` at padding.
@@ -148,24 +141,115 @@ class TransformerEncoderClassifier(ZooModel):
         pad_id=0,
         activation="gelu",
         layer_norm_epsilon=1e-6,
-        use_fused_attention=True,
+        flash_attention=None,
         dtype=None,
+        use_fused_attention=None,
         **kwargs,
     ):
-        arguments = checked_arguments(locals())
+        # === Config (checked before any layer is built) ===
+        self._check_keyword_arguments(dtype, kwargs)
+        self.vocabulary_size = check_positive_int(vocabulary_size, "vocabulary_size")
+        self.num_classes = check_positive_int(num_classes, "num_classes")
+        self.num_layers = check_positive_int(num_layers, "num_layers")
+        self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        check_divisible(self.hidden_dim, self.num_heads, "hidden_dim", "num_heads")
+        self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
+        self.dropout = check_rate(dropout, "dropout")
+        self.attention_dropout = check_rate(attention_dropout, "attention_dropout")
+        self.max_sequence_length = check_positive_int(
+            max_sequence_length, "max_sequence_length"
+        )
+        self.position = check_choice(position, "position", position_schemes.names())
+        self.pooling = check_choice(pooling, "pooling", POOLINGS)
+        self.normalize_first = check_bool(normalize_first, "normalize_first")
+        self.pad_id = check_token_id(pad_id, "pad_id", self.vocabulary_size)
+        self.activation = check_activation(activation, "activation")
+        self.layer_norm_epsilon = check_positive_float(
+            layer_norm_epsilon, "layer_norm_epsilon"
+        )
+        self.flash_attention = resolve_flash_attention(
+            flash_attention, use_fused_attention, self.attention_dropout
+        )
+        self.position_scheme = position_schemes.get(
+            self.position,
+            sequence_length=self.max_sequence_length,
+            num_heads=self.num_heads,
+        )
+        self.position_scheme.check_embedding_dim(self.hidden_dim, "hidden_dim")
 
         # === Layers ===
-        parts = _layers(arguments, dtype)
+        # Post-norm (BERT) normalizes the embeddings; pre-norm the output.
+        pre_norm = self.normalize_first
+        layers = types.SimpleNamespace(
+            padding_mask_layer=self._padding_mask_layer(),
+            token_embedding=self._token_embedding(dtype, "token_embedding"),
+            embedding_norm=(
+                None if pre_norm else self._layer_normalization(dtype, "embedding_norm")
+            ),
+            embedding_dropout=self._dropout(dtype),
+            # `None` unless the position scheme biases attention scores.
+            position_bias=self.position_scheme.attention_bias_layer(
+                True, dtype, "position_bias"
+            ),
+            blocks=self._transformer_blocks(
+                TransformerEncoderBlock, self.num_layers, "encoder_block", dtype
+            ),
+            output_norm=(
+                self._layer_normalization(dtype, "output_norm") if pre_norm else None
+            ),
+        )
+        sequence_pooling = SequencePooling(self.pooling, dtype=dtype, name="pooling")
+        pooled_dropout = self._dropout(dtype, "pooled_dropout")
+        classification_head = keras.layers.Dense(
+            self.num_classes, dtype=dtype, name="logits"
+        )
 
         # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        sequence, padding_mask = _encode(parts, token_ids)
+        sequence, padding_mask = _encode(layers, token_ids)
         # (batch, hidden_dim)
-        pooled = parts["pooling"](sequence, padding_mask=padding_mask)
-        logits = parts["logits"](parts["pooled_dropout"](pooled))
-        super().__init__(token_ids, logits, arguments, dtype=dtype, **kwargs)
-        self._parts = parts
+        pooled = sequence_pooling(sequence, padding_mask=padding_mask)
+        logits = classification_head(pooled_dropout(pooled))
+        super().__init__(token_ids, logits, dtype=dtype, **kwargs)
+
+        # The layers as attributes, assigned after the graph so that the
+        # weights keep the graph's order (see `ZooModel`).
+        self.padding_mask_layer = layers.padding_mask_layer
+        self.token_embedding = layers.token_embedding
+        self.embedding_norm = layers.embedding_norm
+        self.embedding_dropout = layers.embedding_dropout
+        self.position_bias = layers.position_bias
+        self.blocks = layers.blocks
+        self.output_norm = layers.output_norm
+        self.sequence_pooling = sequence_pooling
+        self.pooled_dropout = pooled_dropout
+        self.classification_head = classification_head
         self._sequence_output = sequence
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "num_classes": self.num_classes,
+                "num_layers": self.num_layers,
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "max_sequence_length": self.max_sequence_length,
+                "position": self.position,
+                "pooling": self.pooling,
+                "normalize_first": self.normalize_first,
+                "pad_id": self.pad_id,
+                "activation": self.activation,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "flash_attention": self.flash_attention,
+            }
+        )
+        return config
 
     @property
     def encoder(self):
@@ -190,4 +274,4 @@ class TransformerEncoderClassifier(ZooModel):
             boolean `(batch, length)`.
         """
         token_ids = ops.convert_to_tensor(token_ids, "int32")
-        return _encode(self._parts, token_ids, training)
+        return _encode(self, token_ids, training)

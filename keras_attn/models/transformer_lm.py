@@ -1,57 +1,25 @@
 """A GPT-style decoder-only causal language model."""
 
 import keras
-from keras import ops
 
+from keras_attn.layers import position_schemes
+from keras_attn.layers.transformer_block_base import resolve_flash_attention
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.models.presets import LM_PRESETS
 from keras_attn.models.zoo_model import (
     ZooModel,
-    checked_arguments,
-    dropout_layer,
-    layer_norm,
-    padding_mask,
-    token_embedding,
-    transformer_blocks,
-    vocabulary_logits,
+    check_activation,
+    position_bias_argument,
 )
-from keras_attn.validation import check_positive_int
-
-
-def _run(parts, token_ids, training=None):
-    """Token ids `(batch, length)` -> next-token logits, one full causal pass."""
-    padding_mask = parts["padding_mask"](token_ids)  # (batch, length)
-    x = parts["embedding_dropout"](parts["embedding"](token_ids), training=training)
-    for block in parts["blocks"]:
-        # No `encoder_sequence`: the blocks have no cross-attention.
-        x = block(x, decoder_padding_mask=padding_mask, training=training)
-    if parts["output_norm"] is not None:
-        x = parts["output_norm"](x)
-    # (batch, length, vocabulary_size)
-    return parts["logits"](x)
-
-
-def _layers(arguments, dtype):
-    """The named sub-layers of a `TransformerLM`, in a dict."""
-    embedding = token_embedding(arguments, dtype, "token_embedding")
-    return {
-        "padding_mask": padding_mask(arguments),
-        "embedding": embedding,
-        "embedding_dropout": dropout_layer(arguments, dtype),
-        "blocks": transformer_blocks(
-            TransformerDecoderBlock,
-            arguments.num_layers,
-            "decoder_block",
-            arguments,
-            dtype,
-        ),
-        "output_norm": (
-            layer_norm(arguments, dtype, "output_norm")
-            if arguments.normalize_first
-            else None
-        ),
-        "logits": vocabulary_logits(arguments, embedding, dtype),
-    }
+from keras_attn.validation import (
+    check_bool,
+    check_choice,
+    check_divisible,
+    check_positive_float,
+    check_positive_int,
+    check_rate,
+    check_token_id,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -82,8 +50,9 @@ class TransformerLM(ZooModel):
         attention_dropout: float. Defaults to `0.0`.
         max_sequence_length: int, the longest sequence (learned positions,
             caches). Defaults to `1024`.
-        position: `"learned"` (GPT-2) or `"sinusoidal"`. Defaults to
-            `"learned"`.
+        position: the position scheme's name (see
+            `keras_attn.layers.position_schemes`), `"learned"` (GPT-2) or
+            `"sinusoidal"`. Defaults to `"learned"`.
         normalize_first: bool, pre-norm blocks and a final layer norm.
             Defaults to `True`.
         tie_embeddings: bool, project to the vocabulary with the token
@@ -92,10 +61,14 @@ class TransformerLM(ZooModel):
             ignored by the loss). Defaults to `0`.
         activation: feed-forward activation. Defaults to `"gelu"`.
         layer_norm_epsilon: float. Defaults to `1e-5`.
-        use_fused_attention: bool. Defaults to `True`.
+        flash_attention: `None` (the fused kernel where the backend has
+            it), `True` (require it) or `False` (never). Defaults to
+            `None`.
         dtype: dtype or `keras.DTypePolicy`. Defaults to `None`, meaning
             the global policy.
-        **kwargs: base `keras.Model` arguments (`name`, ...).
+        use_fused_attention: deprecated alias of `flash_attention`
+            (`True` is `None`, `False` is `False`). Defaults to `None`.
+        **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
         token_ids: int tensor `(batch, length)`.
@@ -138,29 +111,106 @@ class TransformerLM(ZooModel):
         pad_id=0,
         activation="gelu",
         layer_norm_epsilon=1e-5,
-        use_fused_attention=True,
+        flash_attention=None,
         dtype=None,
+        use_fused_attention=None,
         **kwargs,
     ):
-        arguments = checked_arguments(locals())
+        # === Config (checked before any layer is built) ===
+        self._check_keyword_arguments(dtype, kwargs)
+        self.vocabulary_size = check_positive_int(vocabulary_size, "vocabulary_size")
+        self.num_layers = check_positive_int(num_layers, "num_layers")
+        self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        check_divisible(self.hidden_dim, self.num_heads, "hidden_dim", "num_heads")
+        self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
+        self.dropout = check_rate(dropout, "dropout")
+        self.attention_dropout = check_rate(attention_dropout, "attention_dropout")
+        self.max_sequence_length = check_positive_int(
+            max_sequence_length, "max_sequence_length"
+        )
+        self.position = check_choice(position, "position", position_schemes.names())
+        self.normalize_first = check_bool(normalize_first, "normalize_first")
+        self.tie_embeddings = check_bool(tie_embeddings, "tie_embeddings")
+        self.pad_id = check_token_id(pad_id, "pad_id", self.vocabulary_size)
+        self.activation = check_activation(activation, "activation")
+        self.layer_norm_epsilon = check_positive_float(
+            layer_norm_epsilon, "layer_norm_epsilon"
+        )
+        self.flash_attention = resolve_flash_attention(
+            flash_attention, use_fused_attention, self.attention_dropout
+        )
+        self.position_scheme = position_schemes.get(
+            self.position,
+            sequence_length=self.max_sequence_length,
+            num_heads=self.num_heads,
+        )
+        self.position_scheme.check_embedding_dim(self.hidden_dim, "hidden_dim")
 
         # === Layers ===
-        parts = _layers(arguments, dtype)
+        padding_mask_layer = self._padding_mask_layer()
+        token_embedding = self._token_embedding(dtype, "token_embedding")
+        embedding_dropout = self._dropout(dtype)
+        # `None` unless the position scheme biases attention scores.
+        position_bias = self.position_scheme.attention_bias_layer(
+            False, dtype, "position_bias"
+        )
+        blocks = self._transformer_blocks(
+            TransformerDecoderBlock, self.num_layers, "decoder_block", dtype
+        )
+        output_norm = (
+            self._layer_normalization(dtype, "output_norm")
+            if self.normalize_first
+            else None
+        )
+        output_projection = self._vocabulary_logits(token_embedding, dtype)
 
         # === Functional Model ===
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        logits = _run(parts, token_ids)
-        super().__init__(token_ids, logits, arguments, dtype=dtype, **kwargs)
-        self._parts = parts
+        padding_mask = padding_mask_layer(token_ids)  # (batch, length)
+        x = embedding_dropout(token_embedding(token_ids))
+        bias = position_bias_argument(position_bias, "self_attention_bias", x)
+        for block in blocks:
+            # No `encoder_sequence`: the blocks have no cross-attention.
+            x = block(x, decoder_padding_mask=padding_mask, **bias)
+        if output_norm is not None:
+            x = output_norm(x)
+        # (batch, length, vocabulary_size)
+        logits = output_projection(x)
+        super().__init__(token_ids, logits, dtype=dtype, **kwargs)
 
-    @property
-    def blocks(self):
-        return self._parts["blocks"]
+        # The layers as attributes, assigned after the graph so that the
+        # weights keep the graph's order (see `ZooModel`).
+        self.padding_mask_layer = padding_mask_layer
+        self.token_embedding = token_embedding
+        self.embedding_dropout = embedding_dropout
+        self.position_bias = position_bias
+        self.blocks = blocks
+        self.output_norm = output_norm
+        self.output_projection = output_projection
 
-    @property
-    def token_embedding(self):
-        """The `TokenAndPositionEmbedding` (also the tied output projection)."""
-        return self._parts["embedding"]
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "num_layers": self.num_layers,
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "max_sequence_length": self.max_sequence_length,
+                "position": self.position,
+                "normalize_first": self.normalize_first,
+                "tie_embeddings": self.tie_embeddings,
+                "pad_id": self.pad_id,
+                "activation": self.activation,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "flash_attention": self.flash_attention,
+            }
+        )
+        return config
 
     # === Decoding with a key/value cache ===
 
@@ -169,27 +219,19 @@ class TransformerLM(ZooModel):
 
         Args:
             batch_size: int or scalar int tensor.
-            max_length: int, the most positions (prompt included) to decode.
+            max_length: int, the most positions (prompt included) to decode
+                (at most the position scheme's `max_length`).
 
         Returns:
             A dict of tensors (a pytree that `keras.ops.while_loop` carries):
             `"self_attention"`, one `(keys, values)` pair per block, each
             `(batch, max_length, num_heads, head_dim)`.
         """
-        check_positive_int(max_length, "max_length")
-        if self.position == "learned" and max_length > self.max_sequence_length:
-            raise ValueError(
-                f"`max_length` must be at most max_sequence_length="
-                f"{self.max_sequence_length} with learned positions. "
-                f"Received: max_length={max_length}"
+        return {
+            "self_attention": self._self_attention_cache(
+                self.blocks, batch_size, max_length
             )
-        head_dim = self.hidden_dim // self.num_heads
-        # (batch, max_length, num_heads, head_dim)
-        slots = ops.zeros(
-            (batch_size, max_length, self.num_heads, head_dim),
-            dtype=self.compute_dtype,
-        )
-        return {"self_attention": tuple((slots, slots) for _ in self.blocks)}
+        }
 
     def decode_step(self, token_ids, cache, cache_index):
         """Runs new positions, reading and extending the cache.
@@ -207,12 +249,20 @@ class TransformerLM(ZooModel):
             `(logits, cache)`: `(batch, new_length, vocabulary_size)` and the
             updated cache.
         """
-        x = self._parts["embedding"](token_ids, start_index=cache_index)
+        x = self.token_embedding(token_ids, start_index=cache_index)
+        # The new positions against the whole cache (its keys).
+        bias = position_bias_argument(
+            self.position_bias,
+            "self_attention_bias",
+            x,
+            cache["self_attention"][0][0],
+            query_offset=cache_index,
+        )
         caches = []
         for block, block_cache in zip(self.blocks, cache["self_attention"]):
-            x, block_cache = block.call_cached(x, block_cache, cache_index)
+            x, block_cache = block.call_cached(x, block_cache, cache_index, **bias)
             caches.append(block_cache)
-        if self._parts["output_norm"] is not None:
-            x = self._parts["output_norm"](x)
-        logits = self._parts["logits"](x)
+        if self.output_norm is not None:
+            x = self.output_norm(x)
+        logits = self.output_projection(x)
         return logits, {**cache, "self_attention": tuple(caches)}

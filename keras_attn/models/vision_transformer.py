@@ -3,81 +3,25 @@
 import keras
 
 from keras_attn.layers.class_token import ClassToken
-from keras_attn.layers.position_embedding import PositionEmbedding
+from keras_attn.layers.position_schemes import LearnedPositions
 from keras_attn.layers.sequence_pooling import SequencePooling
+from keras_attn.layers.transformer_block_base import resolve_flash_attention
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.models.presets import VIT_PRESETS
 from keras_attn.models.zoo_model import (
     ZooModel,
-    checked_arguments,
-    dropout_layer,
-    layer_norm,
-    transformer_blocks,
+    check_activation,
+    check_image_size,
+)
+from keras_attn.validation import (
+    check_divisible,
+    check_positive_float,
+    check_positive_int,
+    check_rate,
 )
 
 # `ClassToken` lived here until it moved to `keras_attn.layers`.
 __all__ = ["ClassToken", "VisionTransformer"]
-
-
-def _layers(arguments, num_patches, dtype):
-    """The named sub-layers of a `VisionTransformer`, in a dict."""
-    return {
-        "patch_embedding": keras.layers.Conv2D(
-            arguments.hidden_dim,
-            kernel_size=arguments.patch_size,
-            strides=arguments.patch_size,
-            padding="valid",
-            data_format="channels_last",
-            dtype=dtype,
-            name="patch_embedding",
-        ),
-        # (batch, height / patch_size, width / patch_size, hidden_dim)
-        # -> (batch, num_patches, hidden_dim)
-        "patch_sequence": keras.layers.Reshape(
-            (num_patches, arguments.hidden_dim), dtype=dtype, name="patch_sequence"
-        ),
-        "class_token": ClassToken(dtype=dtype, name="class_token"),
-        "position_embedding": PositionEmbedding(
-            num_patches + 1,
-            initializer=keras.initializers.RandomNormal(stddev=0.02),
-            dtype=dtype,
-            name="position_embedding",
-        ),
-        "add_position_embedding": keras.layers.Add(
-            dtype=dtype, name="add_position_embedding"
-        ),
-        "embedding_dropout": dropout_layer(arguments, dtype),
-        # ViT's blocks are pre-norm.
-        "blocks": transformer_blocks(
-            TransformerEncoderBlock,
-            arguments.num_layers,
-            "encoder_block",
-            arguments,
-            dtype,
-            normalize_first=True,
-        ),
-        "output_norm": layer_norm(arguments, dtype, "output_norm"),
-        # The class token's final features: the image representation `y`.
-        "class_token_output": SequencePooling(
-            "cls", dtype=dtype, name="class_token_output"
-        ),
-        "head": keras.layers.Dense(arguments.num_classes, dtype=dtype, name="logits"),
-    }
-
-
-def _classify(parts, images):
-    """Images `(batch, height, width, channels)` -> logits, equations 1-4."""
-    # (batch, height / patch_size, width / patch_size, hidden_dim)
-    patches = parts["patch_embedding"](images)
-    x = parts["patch_sequence"](patches)  # (batch, num_patches, hidden_dim)
-    x = parts["class_token"](x)  # (batch, num_patches + 1, hidden_dim)
-    x = parts["add_position_embedding"]([x, parts["position_embedding"](x)])
-    x = parts["embedding_dropout"](x)
-    for block in parts["blocks"]:
-        x = block(x)
-    x = parts["output_norm"](x)
-    # (batch, num_classes)
-    return parts["head"](parts["class_token_output"](x))
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -109,10 +53,14 @@ class VisionTransformer(ZooModel):
         attention_dropout: float. Defaults to `0.0`.
         activation: MLP activation. Defaults to `"gelu"`.
         layer_norm_epsilon: float. Defaults to `1e-6`.
-        use_fused_attention: bool. Defaults to `True`.
+        flash_attention: `None` (the fused kernel where the backend has
+            it), `True` (require it) or `False` (never). Defaults to
+            `None`.
         dtype: dtype or `keras.DTypePolicy`. Defaults to `None`, meaning
             the global policy.
-        **kwargs: base `keras.Model` arguments (`name`, ...).
+        use_fused_attention: deprecated alias of `flash_attention`
+            (`True` is `None`, `False` is `False`). Defaults to `None`.
+        **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
         images: float tensor `(batch, height, width, num_channels)`,
@@ -150,31 +98,127 @@ class VisionTransformer(ZooModel):
         attention_dropout=0.0,
         activation="gelu",
         layer_norm_epsilon=1e-6,
-        use_fused_attention=True,
+        flash_attention=None,
         dtype=None,
+        use_fused_attention=None,
         **kwargs,
     ):
-        arguments = checked_arguments(locals())
-        height, width = arguments.image_size
-        if height % arguments.patch_size or width % arguments.patch_size:
+        # === Config (checked before any layer is built) ===
+        self._check_keyword_arguments(dtype, kwargs)
+        self.num_classes = check_positive_int(num_classes, "num_classes")
+        self.image_size = check_image_size(image_size, "image_size")
+        self.patch_size = check_positive_int(patch_size, "patch_size")
+        height, width = self.image_size
+        if height % self.patch_size or width % self.patch_size:
             raise ValueError(
                 "`image_size` must be divisible by `patch_size`. Received: "
                 f"image_size={image_size!r}, patch_size={patch_size}"
             )
-        num_patches = (height // arguments.patch_size) * (width // arguments.patch_size)
+        self.num_channels = check_positive_int(num_channels, "num_channels")
+        self.num_layers = check_positive_int(num_layers, "num_layers")
+        self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        check_divisible(self.hidden_dim, self.num_heads, "hidden_dim", "num_heads")
+        self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
+        self.dropout = check_rate(dropout, "dropout")
+        self.attention_dropout = check_rate(attention_dropout, "attention_dropout")
+        self.activation = check_activation(activation, "activation")
+        self.layer_norm_epsilon = check_positive_float(
+            layer_norm_epsilon, "layer_norm_epsilon"
+        )
+        self.flash_attention = resolve_flash_attention(
+            flash_attention, use_fused_attention, self.attention_dropout
+        )
+        self.num_patches = (height // self.patch_size) * (width // self.patch_size)
+        # One learned vector per patch and one for the class token.
+        self.position_scheme = LearnedPositions(
+            self.num_patches + 1,
+            initializer=keras.initializers.RandomNormal(stddev=0.02),
+        )
 
         # === Layers ===
-        parts = _layers(arguments, num_patches, dtype)
-
-        # === Functional Model ===
-        images = keras.Input(
-            shape=(height, width, arguments.num_channels), name="images"
+        patch_embedding = keras.layers.Conv2D(
+            self.hidden_dim,
+            kernel_size=self.patch_size,
+            strides=self.patch_size,
+            padding="valid",
+            data_format="channels_last",
+            dtype=dtype,
+            name="patch_embedding",
         )
-        logits = _classify(parts, images)
-        super().__init__(images, logits, arguments, dtype=dtype, **kwargs)
-        self.num_patches = num_patches
+        # (batch, height / patch_size, width / patch_size, hidden_dim)
+        # -> (batch, num_patches, hidden_dim)
+        patch_sequence = keras.layers.Reshape(
+            (self.num_patches, self.hidden_dim), dtype=dtype, name="patch_sequence"
+        )
+        class_token = ClassToken(dtype=dtype, name="class_token")
+        position_embedding = self.position_scheme.position_layer(dtype=dtype)
+        add_position_embedding = keras.layers.Add(
+            dtype=dtype, name="add_position_embedding"
+        )
+        embedding_dropout = self._dropout(dtype)
+        # ViT's blocks are pre-norm.
+        blocks = self._transformer_blocks(
+            TransformerEncoderBlock,
+            self.num_layers,
+            "encoder_block",
+            dtype,
+            normalize_first=True,
+        )
+        output_norm = self._layer_normalization(dtype, "output_norm")
+        # The class token's final features: the image representation `y`.
+        class_token_output = SequencePooling(
+            "cls", dtype=dtype, name="class_token_output"
+        )
+        classification_head = keras.layers.Dense(
+            self.num_classes, dtype=dtype, name="logits"
+        )
+
+        # === Functional Model: equations 1-4 of the paper ===
+        images = keras.Input(shape=(height, width, self.num_channels), name="images")
+        # (batch, height / patch_size, width / patch_size, hidden_dim)
+        patches = patch_embedding(images)
+        x = patch_sequence(patches)  # (batch, num_patches, hidden_dim)
+        x = class_token(x)  # (batch, num_patches + 1, hidden_dim)
+        x = add_position_embedding([x, position_embedding(x)])
+        x = embedding_dropout(x)
+        for block in blocks:
+            x = block(x)
+        x = output_norm(x)
+        # (batch, num_classes)
+        logits = classification_head(class_token_output(x))
+        super().__init__(images, logits, dtype=dtype, **kwargs)
+
+        # The layers as attributes, assigned after the graph so that the
+        # weights keep the graph's order (see `ZooModel`).
+        self.patch_embedding = patch_embedding
+        self.patch_sequence = patch_sequence
+        self.class_token = class_token
+        self.position_embedding = position_embedding
+        self.add_position_embedding = add_position_embedding
+        self.embedding_dropout = embedding_dropout
+        self.blocks = blocks
+        self.output_norm = output_norm
+        self.class_token_output = class_token_output
+        self.classification_head = classification_head
 
     def get_config(self):
         config = super().get_config()
-        config["image_size"] = list(self.image_size)
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "image_size": list(self.image_size),
+                "patch_size": self.patch_size,
+                "num_channels": self.num_channels,
+                "num_layers": self.num_layers,
+                "hidden_dim": self.hidden_dim,
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "activation": self.activation,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "flash_attention": self.flash_attention,
+            }
+        )
         return config

@@ -4,33 +4,34 @@ What `Transformer`, `TransformerLM`, `TransformerEncoderClassifier` and
 `VisionTransformer` share is written here once, in the way keras-hub's
 `Backbone` does it:
 
-- the constructor arguments, each checked by `keras_attn.validation`
-  through one table (`ARGUMENT_CHECKS`: an argument's name says its kind,
-  the same in every model), stored as attributes of the same name and
-  returned by `get_config`;
+- the checks a model needs beyond `keras_attn.validation` (activations,
+  image sizes, unknown keyword arguments); each model checks and stores its own arguments in its
+  constructor and returns them from its own `get_config`;
 - the dtype policy of the layers (a functional model's own `dtype_policy`
   is always the global one), serialized by `get_config` with any quantized
   layers (`ModelFeaturesMixin`) and restored by `from_config`;
 - presets (`PresetMixin`), LoRA and quantization (`ModelFeaturesMixin`);
-- the checks of a call's inputs (names, ranks, token ids) and empty
-  batches, which give an empty result on every backend;
-- the sub-layers every model builds the same way (`transformer_blocks`,
-  `token_embedding`, ...), so their names, and so the weights' names and
-  order, are those of the saved presets.
+- the checks of a call's inputs (names, ranks, token ids, lengths against
+  the position scheme) and empty batches, which give an empty result on
+  every backend;
+- the sub-layers every model builds the same way (`_transformer_blocks`,
+  `_token_embedding`, ...), so their names, and so the weights' names and
+  order, are those of the saved presets;
+- the decoding cache of the models that decode (`_self_attention_cache`)
+  and the position scheme's attention bias for the blocks
+  (`position_bias_argument`).
 """
 
-import types
+import difflib
+import inspect
 
 import keras
+from keras import ops
 
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.padding_mask import PaddingMask
-from keras_attn.layers.sequence_pooling import POOLINGS
 from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
-from keras_attn.layers.token_and_position_embedding import (
-    POSITION_KINDS,
-    TokenAndPositionEmbedding,
-)
+from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.vocabulary_projection import VocabularyProjection
 from keras_attn.models.model_features import ModelFeaturesMixin
 from keras_attn.models.preset_io import PresetMixin
@@ -42,14 +43,12 @@ from keras_attn.models.token_inputs import (
 )
 from keras_attn.validation import (
     check_bool,
-    check_choice,
-    check_divisible,
     check_float_dtype,
-    check_positive_float,
     check_positive_int,
-    check_rate,
-    check_token_id,
 )
+
+# The keyword arguments of `keras.Model` that a zoo model passes on.
+BASE_MODEL_ARGUMENTS = ("name", "trainable")
 
 
 def check_activation(value, name):
@@ -75,161 +74,58 @@ def check_image_size(value, name):
     return tuple(check_positive_int(size, name) for size in sizes)
 
 
-def _optional_positive_int(value, name):
-    return check_positive_int(value, name, allow_none=True)
+def position_bias_argument(
+    bias_layer, keyword, query_sequence, key_sequence=None, query_offset=0
+):
+    """`{keyword: bias}` for a block's call, or `{}` without a bias layer.
 
-
-def _choice(choices):
-    return lambda value, name: check_choice(value, name, choices)
-
-
-# The check of each constructor argument, by name: a name means the same
-# kind of value in every model of the zoo.
-ARGUMENT_CHECKS = {
-    "vocabulary_size": check_positive_int,
-    "num_classes": check_positive_int,
-    "num_layers": check_positive_int,
-    "num_encoder_layers": _optional_positive_int,
-    "num_decoder_layers": _optional_positive_int,
-    "hidden_dim": check_positive_int,
-    "num_heads": check_positive_int,
-    "intermediate_dim": check_positive_int,
-    "max_sequence_length": check_positive_int,
-    "image_size": check_image_size,
-    "patch_size": check_positive_int,
-    "num_channels": check_positive_int,
-    "dropout": check_rate,
-    "attention_dropout": check_rate,
-    "layer_norm_epsilon": check_positive_float,
-    "normalize_first": check_bool,
-    "tie_embeddings": check_bool,
-    "use_fused_attention": check_bool,
-    "position": _choice(POSITION_KINDS),
-    "pooling": _choice(POOLINGS),
-    "activation": check_activation,
-}
-# Read from the caller's `locals()`, not constructor arguments.
-_NOT_ARGUMENTS = ("self", "dtype", "kwargs")
-
-
-def checked_arguments(local_variables):
-    """A model's constructor arguments, checked and in canonical types.
-
-    Call it first thing in `__init__` with `locals()`: every parameter but
-    `dtype` and `**kwargs` is checked through `ARGUMENT_CHECKS`, then the
-    checks that relate two arguments (`pad_id` in the vocabulary,
-    `hidden_dim` divisible by `num_heads`).
+    `bias_layer` is the model's `attention_bias_layer` of its position
+    scheme (see `keras_attn.layers.position_schemes`), `None` for the
+    schemes that add to the embeddings: the blocks then get no argument
+    at all.
 
     Args:
-        local_variables: dict, the constructor's `locals()`.
-
-    Returns:
-        A `types.SimpleNamespace` of the checked arguments, in the order of
-        the constructor's signature.
+        bias_layer: a `PositionBias` layer (or a scheme's own), or `None`.
+        keyword: str, the block's argument (`"attention_bias"` for an
+            encoder block, `"self_attention_bias"` for a decoder block).
+        query_sequence: tensor `(batch, query_length, ...)`.
+        key_sequence: tensor `(batch, key_length, ...)` (a decoding
+            cache). Defaults to `None`, meaning `query_sequence`.
+        query_offset: int or scalar tensor, the cache index when decoding.
+            Defaults to `0`.
     """
-    check_float_dtype(local_variables.get("dtype"), "dtype")
-    arguments = {
-        name: value
-        for name, value in local_variables.items()
-        if name not in _NOT_ARGUMENTS and not name.startswith("__")
-    }
-    checked = {
-        name: value if name == "pad_id" else ARGUMENT_CHECKS[name](value, name)
-        for name, value in arguments.items()
-    }
-    if "pad_id" in checked:
-        checked["pad_id"] = check_token_id(
-            checked["pad_id"], "pad_id", checked["vocabulary_size"]
-        )
-    check_divisible(
-        checked["hidden_dim"], checked["num_heads"], "hidden_dim", "num_heads"
-    )
-    if checked.get("position") == "sinusoidal" and checked["hidden_dim"] % 2:
-        raise ValueError(
-            "`hidden_dim` must be even with sinusoidal positions (sine and "
-            f"cosine pairs). Received: hidden_dim={checked['hidden_dim']}, "
-            "position='sinusoidal'"
-        )
-    return types.SimpleNamespace(**checked)
-
-
-# === Sub-layers that every model builds the same way ===
-
-
-def transformer_blocks(block_class, count, prefix, arguments, dtype, **overrides):
-    """`count` blocks named `f"{prefix}_{i}"`, configured from `arguments`."""
-    block_arguments = dict(
-        num_heads=arguments.num_heads,
-        intermediate_dim=arguments.intermediate_dim,
-        dropout=arguments.dropout,
-        attention_dropout=arguments.attention_dropout,
-        activation=arguments.activation,
-        layer_norm_epsilon=arguments.layer_norm_epsilon,
-        use_fused_attention=arguments.use_fused_attention,
-        dtype=dtype,
-    )
-    block_arguments["normalize_first"] = overrides.pop(
-        "normalize_first", getattr(arguments, "normalize_first", None)
-    )
-    return [
-        block_class(**block_arguments, **overrides, name=f"{prefix}_{i}")
-        for i in range(count)
-    ]
-
-
-def layer_norm(arguments, dtype, name):
-    # Keras's own class, not `LayerNorm`: a functional model's weights file
-    # names each layer's weights after its class (`layer_normalization`), so
-    # the shipped presets' model-level norms load only into this class.
-    return keras.layers.LayerNormalization(
-        epsilon=arguments.layer_norm_epsilon, dtype=dtype, name=name
-    )
-
-
-def token_embedding(arguments, dtype, name):
-    """The `TokenAndPositionEmbedding` of a token model."""
-    return TokenAndPositionEmbedding(
-        arguments.vocabulary_size,
-        arguments.max_sequence_length,
-        arguments.hidden_dim,
-        position=arguments.position,
-        dtype=dtype,
-        name=name,
-    )
-
-
-def dropout_layer(arguments, dtype, name="embedding_dropout"):
-    return FastDropout(arguments.dropout, dtype=dtype, name=name)
-
-
-def padding_mask(arguments, name="padding_mask"):
-    return PaddingMask(arguments.pad_id, name=name)
-
-
-def vocabulary_logits(arguments, embedding, dtype):
-    """The pre-softmax projection: the embedding's table transposed (tied,
-    section 3.4 of the paper) or a `Dense` of its own."""
-    if arguments.tie_embeddings:
-        return TiedVocabularyProjection(embedding, dtype=dtype, name="logits")
-    return VocabularyProjection(arguments.vocabulary_size, dtype=dtype, name="logits")
+    if bias_layer is None:
+        return {}
+    bias = bias_layer(query_sequence, key_sequence, query_offset=query_offset)
+    return {keyword: bias}
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
     """The base class of the functional models of `keras_attn.models`.
 
-    A subclass checks its arguments with `checked_arguments(locals())`,
-    builds its layers and its functional graph, then calls
-    `super().__init__(inputs, outputs, arguments, dtype=dtype, **kwargs)`.
-    `ZooModel` stores each argument as an attribute of the same name;
-    `get_config` returns them with the layers' dtype policy, and
-    `from_config` calls the subclass's constructor with them.
+    A subclass's constructor reads in four steps, as a keras-hub backbone's:
+
+    1. `self._check_keyword_arguments(dtype, kwargs)`, then each argument
+       checked (`keras_attn.validation`) and stored as an attribute of the
+       same name, before any layer is built;
+    2. the layers (the helpers below build the ones every model shares);
+    3. the functional graph, and
+       `super().__init__(inputs, outputs, dtype=dtype, **kwargs)`;
+    4. the layers stored as attributes. They are assigned after the graph
+       is built so that the model's weights keep the graph's order (the
+       order of `get_weights` and of a saved optimizer's variables).
+
+    Each subclass writes its own `get_config`, chained to this one (`name`,
+    `trainable`, the layers' dtype policy, LoRA); `from_config` calls the
+    subclass's constructor with it.
 
     Class attributes a subclass sets:
 
     - `presets`, `preset_arguments`: see `PresetMixin`.
     - `token_inputs`: names of the inputs that hold token ids, checked on
-      every call (rank, dtype, values in the vocabulary when eager).
+      every call (rank, dtype, values in the vocabulary, length against
+      `position_scheme.max_length`).
     - `nonempty_inputs`: inputs that must hold at least one position (an
       encoder whose output is pooled or attended to); an empty one raises
       `ValueError`. Other zero-size inputs give an empty result.
@@ -237,7 +133,6 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
     Args:
         inputs: the functional model's inputs (a `keras.Input` or a dict).
         outputs: its outputs.
-        arguments: the `types.SimpleNamespace` of `checked_arguments`.
         dtype: dtype or `keras.DTypePolicy` the layers were built with.
             Defaults to `None`, meaning the global policy.
         **kwargs: base `keras.Model` arguments (`name`, `trainable`).
@@ -246,16 +141,137 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
     token_inputs = ()
     nonempty_inputs = ()
 
-    def __init__(self, inputs, outputs, arguments, dtype=None, **kwargs):
+    def __init__(self, inputs, outputs, dtype=None, **kwargs):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
-        self._argument_names = tuple(vars(arguments))
-        for name, value in vars(arguments).items():
-            setattr(self, name, value)
         # The layers' policy (a functional model's own `dtype_policy` is
         # always the global one, so `get_config` cannot use it).
         self._layers_dtype_policy = keras.dtype_policies.get(
             dtype if dtype is not None else keras.config.dtype_policy()
         )
+
+    def _check_keyword_arguments(self, dtype, kwargs):
+        """Refuses a `dtype` that does not compute in floats, and unknown
+        keyword arguments.
+
+        Called first in a subclass's constructor: a misspelled argument
+        (`hidden_dm=64`) raises a `TypeError` that names it and lists the
+        valid ones, instead of being passed on to `keras.Model`.
+        """
+        check_float_dtype(dtype, "dtype")
+        unknown = sorted(set(kwargs) - set(BASE_MODEL_ARGUMENTS))
+        if not unknown:
+            return
+        parameters = inspect.signature(type(self).__init__).parameters
+        valid = [
+            name
+            for name, parameter in parameters.items()
+            if name != "self" and parameter.kind is not parameter.VAR_KEYWORD
+        ] + list(BASE_MODEL_ARGUMENTS)
+        hints = [
+            f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
+            for name in unknown
+            for close in [difflib.get_close_matches(name, valid, n=1)]
+        ]
+        raise TypeError(
+            f"{type(self).__name__} got unexpected keyword argument(s): "
+            f"{', '.join(hints)}. Valid arguments: {valid}"
+        )
+
+    # === Sub-layers that every model builds the same way ===
+
+    def _transformer_blocks(
+        self, block_class, count, prefix, dtype, normalize_first=None
+    ):
+        """`count` blocks named `f"{prefix}_{i}"`, configured from `self`."""
+        if normalize_first is None:
+            normalize_first = self.normalize_first
+        return [
+            block_class(
+                num_heads=self.num_heads,
+                intermediate_dim=self.intermediate_dim,
+                dropout=self.dropout,
+                attention_dropout=self.attention_dropout,
+                activation=self.activation,
+                layer_norm_epsilon=self.layer_norm_epsilon,
+                normalize_first=normalize_first,
+                flash_attention=self.flash_attention,
+                dtype=dtype,
+                name=f"{prefix}_{i}",
+            )
+            for i in range(count)
+        ]
+
+    def _layer_normalization(self, dtype, name):
+        # Keras's own class, not `LayerNorm`: a functional model's weights file
+        # names each layer's weights after its class (`layer_normalization`), so
+        # the shipped presets' model-level norms load only into this class.
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=dtype, name=name
+        )
+
+    def _token_embedding(self, dtype, name):
+        """The `TokenAndPositionEmbedding` of a token model."""
+        return TokenAndPositionEmbedding(
+            self.vocabulary_size,
+            self.max_sequence_length,
+            self.hidden_dim,
+            position=self.position,
+            dtype=dtype,
+            name=name,
+        )
+
+    def _dropout(self, dtype, name="embedding_dropout"):
+        return FastDropout(self.dropout, dtype=dtype, name=name)
+
+    def _padding_mask_layer(self, name="padding_mask"):
+        return PaddingMask(self.pad_id, name=name)
+
+    def _vocabulary_logits(self, embedding, dtype):
+        """The pre-softmax projection: the embedding's table transposed (tied,
+        section 3.4 of the paper) or a `Dense` of its own."""
+        if self.tie_embeddings:
+            return TiedVocabularyProjection(embedding, dtype=dtype, name="logits")
+        return VocabularyProjection(self.vocabulary_size, dtype=dtype, name="logits")
+
+    # === Positions and decoding ===
+
+    def _check_positions(self, length, name, received):
+        """Refuses `length` positions beyond the position scheme's last one.
+
+        A symbolic length (`None`, or JAX export's shape polymorphism, where
+        `a > 64` is undecidable) is left to the exported graph.
+        """
+        limit = self.position_scheme.max_length
+        if limit is not None and isinstance(length, int) and length > limit:
+            raise ValueError(
+                f"`{name}` is longer than max_sequence_length={limit}, the "
+                f"number of {self.position_scheme.name} positions. "
+                f"Received: {received}"
+            )
+
+    def _self_attention_cache(self, decoder_blocks, batch_size, max_length):
+        """Empty self-attention `(keys, values)` slots, one pair per block.
+
+        Args:
+            decoder_blocks: the `TransformerDecoderBlock`s that decode.
+            batch_size: int or scalar int tensor.
+            max_length: int, the most positions to decode (or, traced, a
+                scalar int tensor, then not checked here).
+
+        Returns:
+            A tuple of `(keys, values)`, each `(batch, max_length,
+            num_heads, head_dim)` zeros in the layers' compute dtype.
+        """
+        if not ops.is_tensor(max_length):
+            max_length = check_positive_int(max_length, "max_length")
+            self._check_positions(max_length, "max_length", f"max_length={max_length}")
+        head_dim = self.hidden_dim // self.num_heads
+        # (batch, max_length, num_heads, head_dim)
+        slots = ops.zeros(
+            (batch_size, max_length, self.num_heads, head_dim),
+            dtype=self._layers_dtype_policy.compute_dtype,
+        )
+        return tuple((slots, slots) for _ in decoder_blocks)
 
     # === Calls ===
 
@@ -299,23 +315,10 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
         named = self._named_inputs(inputs)
         for name in self.token_inputs:
             check_token_batch(named[name], name, self.vocabulary_size)
-            self._check_length(named[name], name)
+            shape = tuple(named[name].shape)
+            self._check_positions(shape[1], name, f"{name}.shape={shape}")
         check_same_batch_size(named)
         return named if len(named) > 1 else next(iter(named.values()))
-
-    def _check_length(self, tokens, name):
-        """Learned positions end at `max_sequence_length`."""
-        length = tokens.shape[1]
-        # A symbolic length (`None`, or JAX export's shape polymorphism,
-        # where `a > 64` is undecidable) is checked by the exported graph.
-        if not isinstance(length, int):
-            return
-        if self.position == "learned" and length > self.max_sequence_length:
-            raise ValueError(
-                f"`{name}` is longer than max_sequence_length="
-                f"{self.max_sequence_length}, the number of learned positions. "
-                f"Received: {name}.shape={tuple(tokens.shape)}"
-            )
 
     def _empty_result(self, inputs):
         """Zeros of the output's shape when an input has no element, else None.
@@ -353,10 +356,9 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
         # `keras.Model`'s config of a subclass with a constructor of its
         # own: `name`, `trainable` and the model's own `dtype`, the global
         # policy, which the layers' policy (quantized layers included)
-        # replaces. Then the constructor's arguments.
+        # replaces. A subclass adds its constructor's arguments.
         config = super().get_config()
         config["dtype"] = self._dtype_config()
-        config.update({name: getattr(self, name) for name in self._argument_names})
         if getattr(self, "_lora", None):
             config["lora"] = dict(self._lora)
         return config
@@ -367,6 +369,14 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
         lora = config.pop("lora", None)
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        # Files saved before `flash_attention` hold `use_fused_attention`
+        # (never both; with an override, the new name wins).
+        if "use_fused_attention" in config:
+            use_fused_attention = check_bool(
+                config.pop("use_fused_attention"), "use_fused_attention"
+            )
+            if "flash_attention" not in config:
+                config["flash_attention"] = None if use_fused_attention else False
         model = cls(**config)
         if lora:
             model.enable_lora(

@@ -94,15 +94,14 @@ class Translator:
         self.max_source_length = check_int(
             max_source_length, "max_source_length", min_value=2
         )
-        if (
-            model.position == "learned"
-            and self.max_source_length > model.max_sequence_length
-        ):
+        position_limit = model.position_scheme.max_length
+        if position_limit is not None and self.max_source_length > position_limit:
             # Longer sources would fail inside the position embedding.
             raise ValueError(
                 "`max_source_length` must be at most the model's "
-                f"max_sequence_length={model.max_sequence_length} (learned "
-                f"positions). Received: max_source_length={max_source_length}"
+                f"max_sequence_length={model.max_sequence_length} "
+                f"({model.position_scheme.name} positions). "
+                f"Received: max_source_length={max_source_length}"
             )
         self.length_multiple = check_positive_int(length_multiple, "length_multiple")
         self.generator = SequenceGenerator(

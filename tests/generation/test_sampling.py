@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_attn.generation import filter_logits, greedy_search, sample
-from keras_attn.generation.sampling import sample_from_logits
+from keras_attn.generation.samplers import sample_from_logits
 from keras_attn.models import Transformer
 
 VOCABULARY_SIZE, PAD, START, END = 24, 0, 2, 3

@@ -42,12 +42,12 @@ def attention_case(draw):
 
 
 @PROPERTY_SETTINGS
-@given(case=attention_case(), use_fused_attention=st.booleans())
-def test_attention_equals_numpy_reference(case, use_fused_attention):
+@given(case=attention_case(), flash_attention=st.sampled_from([None, False]))
+def test_attention_equals_numpy_reference(case, flash_attention):
     query, key, value, mask = case
     expected, expected_weights = reference_attention(query, key, value, mask)
     attended = scaled_dot_product_attention(
-        query, key, value, mask=mask, use_fused_attention=use_fused_attention
+        query, key, value, mask=mask, flash_attention=flash_attention
     )
     np.testing.assert_allclose(
         ops.convert_to_numpy(attended), expected, rtol=1e-4, atol=1e-4

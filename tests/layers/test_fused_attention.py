@@ -87,10 +87,10 @@ def test_fused_path_equals_explicit_path(kind):
     fused, explicit = (
         ops.convert_to_numpy(
             scaled_dot_product_attention(
-                query, key, value, mask=mask, use_fused_attention=use_fused
+                query, key, value, mask=mask, flash_attention=flash_attention
             )
         )
-        for use_fused in (True, False)
+        for flash_attention in (None, False)
     )
     np.testing.assert_allclose(fused, explicit, rtol=1e-6, atol=1e-6)
 
@@ -105,7 +105,8 @@ def test_mask_reaches_the_kernel_in_the_full_layout(monkeypatch):
 
     monkeypatch.setattr(keras.ops, "dot_product_attention", recording)
     query = key = value = np.ones((2, 4, 2, 8), "float32")
-    causal = np.tril(np.ones((4, 4), bool))[None]  # (1, T, S): broadcast
+    # (1, 1, T, S): broadcast over the batch and the heads
+    causal = np.tril(np.ones((4, 4), bool))[None, None]
     fused_dot_product_attention(query, key, value, mask=ops.convert_to_tensor(causal))
     (kwargs,) = calls
     assert tuple(kwargs["mask"].shape) == (2, 1, 4, 4)

@@ -343,6 +343,11 @@ def test_fully_masked_query_gives_bias_and_finite_gradient(dtype, use_fused):
         (dict(num_heads=2, key_dim=0), ValueError, "key_dim=0"),
         (dict(num_heads=2.0, key_dim=4), ValueError, "argument `num_heads`"),
         (dict(num_heads=True, key_dim=4), ValueError, "num_heads=True"),
+        (dict(num_heads=1.5, key_dim=4), ValueError, "num_heads=1.5"),
+        # Not a number at all: a TypeError, as from the blocks.
+        (dict(num_heads="2", key_dim=4), TypeError, "num_heads='2' of type str"),
+        (dict(num_heads=2, key_dim=None), TypeError, "key_dim=None"),
+        (dict(num_heads=2, key_dim=4, value_dim=[4]), TypeError, "value_dim"),
         (dict(num_heads=2, key_dim=4, value_dim=0), ValueError, "value_dim=0"),
         (dict(num_heads=2, key_dim=4, output_shape=-1), ValueError, "output_shape=-1"),
         (

@@ -6,6 +6,7 @@ import json
 import os
 import zipfile
 
+import h5py
 import keras
 import numpy as np
 import pytest
@@ -347,3 +348,166 @@ def test_old_keras_file_loads(tmp_path):
         atol=1e-6,
     )
     os.remove(path)
+
+
+# --- Keras's names and override point -----------------------------------------
+
+
+def test_keras_private_names_read_the_same_sub_layers(tmp_path):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, use_gate=True, dropout=0.1)
+    layer(SEQUENCE, SOURCE)
+    for name, layer_name in (
+        ("query", "query"),
+        ("key", "key"),
+        ("value", "value"),
+        ("output", "attention_output"),
+        ("gate", "gate"),
+    ):
+        dense = getattr(layer, f"_{name}_dense")
+        assert dense is getattr(layer, f"{name}_dense")
+        assert dense.name == layer_name
+    assert (layer._num_heads, layer._key_dim, layer._value_dim) == (2, 4, 4)
+    assert (layer._dropout, layer._use_bias, layer._use_gate) == (0.1, True, True)
+    assert layer._flash_attention is None and layer._sliding_window is None
+    assert layer._inverse_sqrt_key_dim == pytest.approx(0.5)
+    assert MultiHeadAttention(num_heads=2, key_dim=4).gate_dense is None
+    # The public names are the saved paths (as before the private names).
+    query = keras.Input((5, 8))
+    model = keras.Model(query, layer(query, query))
+    path = str(tmp_path / "model.weights.h5")
+    model.save_weights(path)
+    with h5py.File(path) as weights:
+        (saved,) = (
+            set(group)
+            for name, group in weights["layers"].items()
+            if "attention" in name
+        )
+    assert {"query_dense", "key_dense", "value_dense", "gate_dense"} <= saved
+    assert "output_dense" in saved and not any(n.startswith("_") for n in saved)
+
+
+def test_projections_start_from_different_weights():
+    # One unseeded initializer draws its seed once: shared by the sub-layers,
+    # the query, key and value kernels would start equal.
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    layer(SEQUENCE, SEQUENCE)
+    kernels = [
+        ops.convert_to_numpy(dense.kernel)
+        for dense in (layer.query_dense, layer.key_dense, layer.value_dense)
+    ]
+    assert not np.allclose(kernels[0], kernels[1])
+    assert not np.allclose(kernels[0], kernels[2])
+
+
+class Biased(MultiHeadAttention):
+    """A variant through the override point: a fixed bias on every score."""
+
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        use_causal_mask=False,
+        attention_bias=None,
+    ):
+        query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
+        distance = ops.cast(
+            ops.arange(key_length)[None, :] - ops.arange(query_length)[:, None],
+            "float32",
+        )
+        return super()._compute_attention(
+            query,
+            key,
+            value,
+            attention_mask,
+            training,
+            return_attention_scores,
+            use_causal_mask,
+            attention_bias=-0.5 * ops.abs(distance),
+        )
+
+
+@pytest.mark.parametrize("path", ["call", "cached", "attention_axes"])
+def test_compute_attention_override_serves_every_path(path):
+    kwargs = dict(num_heads=2, key_dim=4, kernel_initializer="random_normal")
+    query = IMAGE if path == "attention_axes" else SEQUENCE
+    if path == "attention_axes":
+        kwargs["attention_axes"] = 2
+    plain, biased = MultiHeadAttention(**kwargs), Biased(**kwargs)
+    plain(query, query)
+    biased(query, query)
+    for mine, theirs in zip(biased.weights, plain.weights):
+        mine.assign(theirs)
+    length = query.shape[-2]
+    bias = -0.5 * np.abs(np.arange(length)[None, :] - np.arange(length)[:, None])
+    if path == "cached":
+        keys, values = biased.compute_key_value(query)
+        output = biased.call_with_key_value(query, keys, values)
+        expected = plain.call_with_key_value(
+            query, keys, values, attention_bias=bias.astype("float32")
+        )
+    else:
+        output = biased(query, query, use_causal_mask=True)
+        expected = plain(
+            query, query, use_causal_mask=True, attention_bias=bias.astype("float32")
+        )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(output), ops.convert_to_numpy(expected), atol=1e-5
+    )
+    unbiased = plain(query, query, use_causal_mask=path != "cached")
+    difference = ops.convert_to_numpy(output) - ops.convert_to_numpy(unbiased)
+    assert np.abs(difference).max() > 1e-3
+
+
+def test_override_with_keras_older_signature_gets_the_merged_causal_mask():
+    seen = []
+
+    class Older(MultiHeadAttention):
+        def _compute_attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask=None,
+            training=None,
+            return_attention_scores=False,
+        ):
+            seen.append(attention_mask)
+            return super()._compute_attention(
+                query, key, value, attention_mask, training, return_attention_scores
+            )
+
+    layer = Older(num_heads=2, key_dim=4)
+    output = layer(SEQUENCE, SEQUENCE, use_causal_mask=True)
+    causal = np.tril(np.ones((5, 5), bool))
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(seen[-1]), np.broadcast_to(causal, (2, 5, 5))
+    )
+    plain = MultiHeadAttention(num_heads=2, key_dim=4)
+    plain(SEQUENCE, SEQUENCE)
+    for mine, theirs in zip(plain.weights, layer.weights):
+        mine.assign(theirs)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(plain(SEQUENCE, SEQUENCE, use_causal_mask=True)),
+        ops.convert_to_numpy(output),
+        atol=1e-6,
+    )
+
+
+def test_causal_mask_alone_reaches_the_kernel_as_a_flag(monkeypatch):
+    calls = []
+    original = ops.dot_product_attention
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(keras.ops, "dot_product_attention", recording)
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    layer(SEQUENCE, SEQUENCE, use_causal_mask=True)
+    assert calls[-1]["is_causal"] is True and calls[-1]["mask"] is None
+    layer(SEQUENCE, SEQUENCE, use_causal_mask=True, value_mask=np.ones((2, 5), bool))
+    assert calls[-1]["is_causal"] is False and calls[-1]["mask"] is not None

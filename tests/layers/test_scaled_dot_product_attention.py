@@ -59,17 +59,17 @@ def make_mask(kind):
     return masks[kind]
 
 
-# (use_fused_attention, return_attention_scores): the fused kernel runs only
-# for (True, False); the other three exercise the explicit path.
-PATHS = [(True, False), (False, False), (False, True), (True, True)]
+# (flash_attention, return_attention_scores): the fused kernel runs only
+# for (None, False); the other three exercise the explicit path.
+PATHS = [(None, False), (False, False), (False, True), (None, True)]
 
 
 @pytest.mark.parametrize("value_dim", [KEY_DIM, 3])
-@pytest.mark.parametrize("use_fused, return_scores", PATHS)
+@pytest.mark.parametrize("flash_attention, return_scores", PATHS)
 @pytest.mark.parametrize(
     "mask_kind", ["none", "padding", "causal", "padding_and_causal"]
 )
-def test_matches_numpy_equation(use_fused, return_scores, mask_kind, value_dim):
+def test_matches_numpy_equation(flash_attention, return_scores, mask_kind, value_dim):
     query, key, value = random_qkv(value_dim=value_dim)
     mask = make_mask(mask_kind)
     expected, expected_weights = reference_attention(query, key, value, mask)
@@ -79,7 +79,7 @@ def test_matches_numpy_equation(use_fused, return_scores, mask_kind, value_dim):
         value,
         mask=None if mask is None else ops.convert_to_tensor(mask),
         return_attention_scores=return_scores,
-        use_fused_attention=use_fused,
+        flash_attention=flash_attention,
     )
     if return_scores:
         attended, weights = result
@@ -94,17 +94,17 @@ def test_matches_numpy_equation(use_fused, return_scores, mask_kind, value_dim):
 
 
 @pytest.mark.parametrize(
-    "use_fused, return_scores, training, value_dim, expect_fused",
+    "flash_attention, return_scores, training, value_dim, expect_fused",
     [
-        (True, False, False, KEY_DIM, True),
-        (True, False, True, KEY_DIM, False),  # Attention dropout.
-        (True, True, False, KEY_DIM, False),  # Weights wanted.
-        (True, False, False, 3, False),  # The fused kernels need d_v == d_k.
+        (None, False, False, KEY_DIM, True),
+        (None, False, True, KEY_DIM, False),  # Attention dropout.
+        (None, True, False, KEY_DIM, False),  # Weights wanted.
+        (None, False, False, 3, False),  # The fused kernels need d_v == d_k.
         (False, False, False, KEY_DIM, False),
     ],
 )
 def test_fused_kernel_is_used_exactly_when_possible(
-    monkeypatch, use_fused, return_scores, training, value_dim, expect_fused
+    monkeypatch, flash_attention, return_scores, training, value_dim, expect_fused
 ):
     calls = []
     fused = ops.dot_product_attention
@@ -123,7 +123,7 @@ def test_fused_kernel_is_used_exactly_when_possible(
         training=training,
         seed_generator=keras.random.SeedGenerator(1),
         return_attention_scores=return_scores,
-        use_fused_attention=use_fused,
+        flash_attention=flash_attention,
     )
     assert bool(calls) == expect_fused
 
@@ -200,7 +200,10 @@ def test_hello_world_scaled_dot_product_attention(use_fused):
         return ops.convert_to_tensor(x[None, :, None, :].astype("float32"))
 
     attended = scaled_dot_product_attention(
-        heads(query), heads(key), heads(value), use_fused_attention=use_fused
+        heads(query),
+        heads(key),
+        heads(value),
+        flash_attention=None if use_fused else False,
     )
     np.testing.assert_allclose(
         ops.convert_to_numpy(attended)[0, :, 0], output, atol=1e-6
@@ -230,7 +233,7 @@ def test_fully_masked_row_is_zero_and_finite(dtype, use_fused, return_scores):
             value,
             mask=mask,
             return_attention_scores=return_scores,
-            use_fused_attention=use_fused,
+            flash_attention=None if use_fused else False,
         )
 
     result = attend(query)
@@ -259,3 +262,37 @@ def test_fully_masked_row_is_zero_and_finite(dtype, use_fused, return_scores):
     # The fully masked queries do not influence anything.
     np.testing.assert_array_equal(grad[1], 0.0)
     np.testing.assert_array_equal(grad[0, 1], 0.0)
+
+
+# --- The deprecated alias ---------------------------------------------------
+
+
+@pytest.mark.parametrize("use_fused, flash_attention", [(True, None), (False, False)])
+def test_use_fused_attention_is_a_deprecated_alias(use_fused, flash_attention):
+    query, key, value = random_qkv(seed=3)
+    with pytest.warns(FutureWarning, match="`use_fused_attention` is deprecated"):
+        aliased = scaled_dot_product_attention(
+            query, key, value, use_fused_attention=use_fused
+        )
+    expected = scaled_dot_product_attention(
+        query, key, value, flash_attention=flash_attention
+    )
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(aliased), ops.convert_to_numpy(expected)
+    )
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="not both"):
+        scaled_dot_product_attention(
+            query, key, value, use_fused_attention=use_fused, flash_attention=False
+        )
+
+
+def test_flash_attention_true_refuses_scores_and_dropout():
+    query, key, value = random_qkv()
+    with pytest.raises(ValueError, match="Returning attention scores is not"):
+        scaled_dot_product_attention(
+            query, key, value, flash_attention=True, return_attention_scores=True
+        )
+    with pytest.raises(ValueError, match="Dropout is not supported"):
+        scaled_dot_product_attention(
+            query, key, value, flash_attention=True, dropout_rate=0.1
+        )

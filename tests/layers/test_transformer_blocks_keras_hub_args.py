@@ -5,6 +5,7 @@ call, against keras-hub's layers with copied weights."""
 
 import json
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -136,3 +137,176 @@ def test_decoder_cache_index_without_cache_is_refused():
     layer = TransformerDecoderBlock(num_heads=HEADS, intermediate_dim=FF)
     with pytest.raises(ValueError, match="self_attention_cache_update_index"):
         layer(normal(BATCH, LENGTH, DIM), self_attention_cache_update_index=0)
+
+
+def _built_pair(cross):
+    theirs = keras_hub.layers.TransformerDecoder(
+        intermediate_dim=FF, num_heads=HEADS, layer_norm_epsilon=1e-6
+    )
+    ours = TransformerDecoderBlock(num_heads=HEADS, intermediate_dim=FF)
+    target = normal(BATCH, LENGTH, DIM)
+    source = normal(BATCH, SOURCE_LEN, DIM, seed=2) if cross else None
+    theirs(target, source)
+    ours(target, source)
+    copy_from(theirs, ours)
+    return theirs, ours, target, source
+
+
+@pytest.mark.parametrize("use_causal_mask", [True, False])
+@pytest.mark.parametrize("cross", [False, True])
+def test_decoder_cache_call_with_masks_matches_keras_hub(cross, use_causal_mask):
+    """Padding over the cache's slots, an explicit mask, encoder padding, a
+    cache read without an update index: keras-hub's meanings, its numbers."""
+    theirs, ours, target, source = _built_pair(cross)
+    rng = np.random.default_rng(3)
+    filled = ops.convert_to_tensor(
+        rng.normal(size=(BATCH, 2, LENGTH, HEADS, DIM // HEADS)).astype("float32")
+    )
+    slot_padding = np.array([[1, 1, 1, 1, 0], [1, 1, 0, 1, 1]], bool)
+    explicit = rng.random((BATCH, 2, LENGTH)) > 0.3
+    explicit[:, :, 0] = True  # No row fully masked: keras-hub would give NaN.
+    kwargs = dict(
+        decoder_padding_mask=slot_padding,
+        decoder_attention_mask=explicit,
+        use_causal_mask=use_causal_mask,
+    )
+    if cross:
+        cross_cache = ops.zeros((BATCH, 2, SOURCE_LEN, HEADS, DIM // HEADS))
+        kwargs.update(
+            encoder_sequence=source,
+            encoder_padding_mask=np.array([[1, 1, 1, 0], [1, 1, 0, 0]], bool),
+            cross_attention_cache=cross_cache,
+            cross_attention_cache_update_index=0,
+        )
+    for index in (1, None):  # Written at slots 1-2, or read only.
+        step = dict(
+            kwargs,
+            self_attention_cache=filled,
+            self_attention_cache_update_index=index,
+        )
+        expected = theirs(target[:, 1:3], **step)
+        result = ours(target[:, 1:3], **step)
+        assert len(result) == len(expected) == (3 if cross else 2)
+        for mine, reference in zip(result, expected):
+            np.testing.assert_allclose(
+                ops.convert_to_numpy(mine), ops.convert_to_numpy(reference), atol=1e-5
+            )
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_decoder_cache_call_is_call_cached(cross):
+    """keras-hub's stacked cache call and `call_cached` are one computation."""
+    ours = TransformerDecoderBlock(num_heads=HEADS, intermediate_dim=FF)
+    target = normal(BATCH, LENGTH, DIM)
+    source = normal(BATCH, SOURCE_LEN, DIM, seed=2) if cross else None
+    ours(target, source)
+    slots = ops.zeros((BATCH, LENGTH, HEADS, DIM // HEADS))
+    keys_values = (slots, slots)
+    stacked = ops.stack(keys_values, axis=1)
+    cross_kwargs, cross_keys_values = {}, None
+    if cross:
+        cross_keys_values = ours.compute_cross_attention_cache(source)
+        cross_kwargs = dict(
+            encoder_sequence=source,
+            cross_attention_cache=ops.stack(cross_keys_values, axis=1),
+        )
+    for index, size in ((0, 2), (2, 1), (3, 2)):
+        new = target[:, index : index + size]
+        output, keys_values = ours.call_cached(
+            new, keys_values, index, cross_attention_cache=cross_keys_values
+        )
+        result = ours(
+            new,
+            self_attention_cache=stacked,
+            self_attention_cache_update_index=index,
+            **cross_kwargs,
+        )
+        stacked = result[1]
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(result[0]), ops.convert_to_numpy(output), atol=1e-6
+        )
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(stacked),
+            ops.convert_to_numpy(ops.stack(keys_values, axis=1)),
+            atol=1e-6,
+        )
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_decoder_symbolic_cache_call(cross):
+    """`compute_output_spec` returns the cache call's structure, from its
+    arguments, and a functional model of it gives the eager numbers."""
+    layer = TransformerDecoderBlock(num_heads=HEADS, intermediate_dim=FF)
+    target = normal(BATCH, LENGTH, DIM)
+    source = normal(BATCH, SOURCE_LEN, DIM, seed=2)
+    layer(target, source if cross else None)
+    cache_shape = (2, LENGTH, HEADS, DIM // HEADS)
+    inputs = [keras.Input((1, DIM)), keras.Input(cache_shape)]
+    kwargs = {}
+    if cross:
+        inputs += [
+            keras.Input((SOURCE_LEN, DIM)),
+            keras.Input(cache_shape[:1] + (SOURCE_LEN,) + cache_shape[2:]),
+        ]
+        kwargs = dict(encoder_sequence=inputs[2], cross_attention_cache=inputs[3])
+    outputs = layer(
+        inputs[0],
+        self_attention_cache=inputs[1],
+        self_attention_cache_update_index=2,
+        **kwargs,
+    )
+    assert len(outputs) == (3 if cross else 2)
+    assert tuple(outputs[0].shape) == (None, 1, DIM)
+    assert tuple(outputs[1].shape) == (None, *cache_shape)
+    model = keras.Model(inputs, outputs)
+    rng = np.random.default_rng(4)
+    values = [target[:, 2:3], rng.normal(size=(BATCH, *cache_shape)).astype("float32")]
+    if cross:
+        values += [
+            source,
+            rng.normal(size=(BATCH, 2, SOURCE_LEN, HEADS, DIM // HEADS)).astype(
+                "float32"
+            ),
+        ]
+        eager = layer(
+            values[0],
+            self_attention_cache=values[1],
+            self_attention_cache_update_index=2,
+            encoder_sequence=values[2],
+            cross_attention_cache=values[3],
+        )
+    else:
+        eager = layer(
+            values[0],
+            self_attention_cache=values[1],
+            self_attention_cache_update_index=2,
+        )
+    for symbolic, expected in zip(model(values), eager):
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(symbolic), ops.convert_to_numpy(expected), atol=1e-6
+        )
+
+
+def test_decoder_cache_call_errors():
+    cache = ops.zeros((BATCH, 2, LENGTH, HEADS, DIM // HEADS))
+    target = normal(BATCH, 1, DIM)
+    decoder_only = TransformerDecoderBlock(num_heads=HEADS, intermediate_dim=FF)
+    decoder_only(normal(BATCH, LENGTH, DIM))
+    with pytest.raises(ValueError, match="return_attention_scores"):
+        decoder_only(
+            target,
+            self_attention_cache=cache,
+            self_attention_cache_update_index=0,
+            return_attention_scores=True,
+        )
+    with pytest.raises(
+        ValueError, match="without cross-attention.*cross_attention_cache=set"
+    ):
+        decoder_only(target, self_attention_cache=cache, cross_attention_cache=cache)
+    with_cross = TransformerDecoderBlock(num_heads=HEADS, intermediate_dim=FF)
+    source = normal(BATCH, SOURCE_LEN, DIM)
+    with_cross(normal(BATCH, LENGTH, DIM), source)
+    with pytest.raises(ValueError, match="both be set.*self_attention_cache=set"):
+        with_cross(target, source, self_attention_cache=cache)
+    with pytest.raises(ValueError, match="need a `self_attention_cache`"):
+        with_cross(target, source, cross_attention_cache=cache)

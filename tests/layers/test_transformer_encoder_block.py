@@ -42,7 +42,7 @@ def test_layer_contract_causal_explicit_attention():
             num_heads=HEADS,
             intermediate_dim=FF,
             attention_dropout=0.1,
-            use_fused_attention=False,
+            flash_attention=False,
         ),
         normal(BATCH, LENGTH, DIM),
         call_kwargs={"use_causal_mask": True},
@@ -72,8 +72,8 @@ def keras_hub_name(path):
 
 
 @pytest.mark.parametrize("normalize_first", [False, True])
-@pytest.mark.parametrize("use_fused", [True, False])
-def test_matches_keras_hub_transformer_encoder(normalize_first, use_fused):
+@pytest.mark.parametrize("flash_attention", [None, False])
+def test_matches_keras_hub_transformer_encoder(normalize_first, flash_attention):
     keras_hub = pytest.importorskip("keras_hub")
     theirs = keras_hub.layers.TransformerEncoder(
         intermediate_dim=FF,
@@ -87,7 +87,7 @@ def test_matches_keras_hub_transformer_encoder(normalize_first, use_fused):
         intermediate_dim=FF,
         layer_norm_epsilon=1e-6,
         normalize_first=normalize_first,
-        use_fused_attention=use_fused,
+        flash_attention=flash_attention,
     )
     x = normal(BATCH, LENGTH, DIM)
     theirs(x)

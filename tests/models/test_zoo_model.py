@@ -7,14 +7,18 @@ call refuses inputs it would misread and answers empty batches with empty
 results, the same on every backend.
 """
 
+import dataclasses
 import inspect
+import typing
 
 import keras
 import numpy as np
 import pytest
+from keras import ops
 from zoo_cases import VOCABULARY_SIZE, ZOO_MODELS, make_inputs, make_model
 
 from keras_attn import layers, models
+from keras_attn.layers import position_schemes
 from keras_attn.models import vision_transformer
 
 
@@ -53,10 +57,152 @@ def test_config_is_the_constructor_arguments_chained_to_keras(kind):
     model = make_model(kind)
     config = model.get_config()
     parameters = inspect.signature(type(model).__init__).parameters
-    arguments = set(parameters) - {"self", "kwargs"}
+    # `use_fused_attention` is a deprecated alias of `flash_attention`.
+    arguments = set(parameters) - {"self", "kwargs", "use_fused_attention"}
     # `keras.Model.get_config` gives `name` and `trainable`.
     assert set(config) == arguments | {"name", "trainable"}
     assert config["name"] == model.name
+
+
+@pytest.mark.parametrize("kind", ZOO_MODELS)
+def test_get_config_round_trips_with_the_same_outputs(kind):
+    keras.utils.set_random_seed(0)
+    model = make_model(kind, name=f"my_{kind}")
+    config = model.get_config()
+    restored = type(model).from_config(config)
+    assert restored.get_config() == config
+    restored.set_weights(model.get_weights())
+    inputs = make_inputs(kind, batch_size=2)
+    np.testing.assert_array_equal(to_numpy(restored(inputs)), to_numpy(model(inputs)))
+
+
+@pytest.mark.parametrize("kind", ZOO_MODELS)
+def test_an_unknown_keyword_argument_is_a_type_error_naming_it(kind):
+    with pytest.raises(TypeError, match=r"'hidden_dm' \(did you mean 'hidden_dim'"):
+        make_model(kind, hidden_dm=8)
+    config = {**make_model(kind).get_config(), "num_head": 2}
+    # A misnamed key of a saved config: a TypeError listing the valid
+    # arguments, not a KeyError.
+    with pytest.raises(
+        TypeError, match=r"'num_head'.*Valid arguments: \[.*'num_heads'"
+    ):
+        type(make_model(kind)).from_config(config)
+
+
+@pytest.mark.parametrize("kind", ZOO_MODELS)
+def test_use_fused_attention_is_a_deprecated_alias_of_flash_attention(kind):
+    with pytest.warns(FutureWarning, match="`use_fused_attention` is deprecat"):
+        model = make_model(kind, use_fused_attention=False)
+    assert model.flash_attention is False
+    assert model.get_config()["flash_attention"] is False
+    assert "use_fused_attention" not in model.get_config()
+    blocks = [layer for layer in model.layers if "_block_" in layer.name]
+    assert blocks and all(block.flash_attention is False for block in blocks)
+    with pytest.raises(ValueError, match="not both"):
+        make_model(kind, use_fused_attention=True, flash_attention=False)
+
+
+@pytest.mark.parametrize("kind", ZOO_MODELS)
+@pytest.mark.parametrize("fused, flash", [(True, None), (False, False)])
+def test_a_config_saved_with_use_fused_attention_loads(kind, fused, flash):
+    config = make_model(kind).get_config()
+    del config["flash_attention"]
+    config["use_fused_attention"] = fused  # as main at 5c2228a saved it
+    restored = type(make_model(kind)).from_config(config)
+    assert restored.flash_attention is flash
+    assert restored.get_config()["flash_attention"] is flash
+
+
+# The layers each model holds as attributes: attribute -> layer name(s).
+LAYER_ATTRIBUTES = {
+    "transformer": {
+        "encoder_padding_mask_layer": "encoder_padding_mask",
+        "decoder_padding_mask_layer": "decoder_padding_mask",
+        "encoder_embedding": "token_embedding",
+        "decoder_embedding": "token_embedding",
+        "token_embedding": "token_embedding",
+        "encoder_embedding_dropout": "encoder_embedding_dropout",
+        "decoder_embedding_dropout": "decoder_embedding_dropout",
+        "encoder_position_bias": None,
+        "decoder_position_bias": None,
+        "encoder_blocks": ["encoder_block_0", "encoder_block_1"],
+        "decoder_blocks": ["decoder_block_0", "decoder_block_1"],
+        "encoder_output_norm": None,
+        "decoder_output_norm": None,
+        "output_projection": "logits",
+    },
+    "lm": {
+        "padding_mask_layer": "padding_mask",
+        "token_embedding": "token_embedding",
+        "embedding_dropout": "embedding_dropout",
+        "position_bias": None,
+        "blocks": ["decoder_block_0", "decoder_block_1"],
+        "output_norm": "output_norm",
+        "output_projection": "logits",
+    },
+    "classifier": {
+        "padding_mask_layer": "padding_mask",
+        "token_embedding": "token_embedding",
+        "embedding_norm": "embedding_norm",
+        "embedding_dropout": "embedding_dropout",
+        "position_bias": None,
+        "blocks": ["encoder_block_0", "encoder_block_1"],
+        "output_norm": None,
+        "sequence_pooling": "pooling",
+        "pooled_dropout": "pooled_dropout",
+        "classification_head": "logits",
+    },
+    "vit": {
+        "patch_embedding": "patch_embedding",
+        "patch_sequence": "patch_sequence",
+        "class_token": "class_token",
+        "position_embedding": "position_embedding",
+        "add_position_embedding": "add_position_embedding",
+        "embedding_dropout": "embedding_dropout",
+        "blocks": ["encoder_block_0", "encoder_block_1"],
+        "output_norm": "output_norm",
+        "class_token_output": "class_token_output",
+        "classification_head": "logits",
+    },
+}
+
+
+@pytest.mark.parametrize("kind", ZOO_MODELS)
+def test_the_layers_are_attributes_of_the_model(zoo, kind):
+    model = zoo[kind]
+    for attribute, names in LAYER_ATTRIBUTES[kind].items():
+        value = getattr(model, attribute)
+        if names is None:
+            assert value is None, attribute
+        elif isinstance(names, list):
+            assert list(value) == [model.get_layer(name) for name in names]
+        else:
+            assert value is model.get_layer(names), attribute
+    # The graph's layers, each reachable by an attribute.
+    held = set()
+    for attribute in LAYER_ATTRIBUTES[kind]:
+        value = getattr(model, attribute)
+        held.update(map(id, value if isinstance(value, list) else [value]))
+    inputs = {tensor.name for tensor in model.inputs}
+    assert {layer.name for layer in model.layers if id(layer) not in held} == inputs
+
+
+def test_one_initial_cache_in_the_layers_compute_dtype():
+    # The encoder-decoder and the decoder-only model share one cache
+    # allocation: the same slots, dtype and length check.
+    lm = make_model("lm", dtype="mixed_bfloat16")
+    keys, values = lm.initial_cache(2, 5)["self_attention"][0]
+    assert tuple(keys.shape) == (2, 5, lm.num_heads, lm.hidden_dim // lm.num_heads)
+    assert keras.backend.standardize_dtype(values.dtype) == "bfloat16"
+    transformer = make_model("transformer", position="learned")
+    encoder_output, mask = transformer.encode(
+        make_inputs("transformer")["encoder_tokens"]
+    )
+    for model, arguments in ((lm, (1,)), (transformer, (encoder_output, mask))):
+        with pytest.raises(ValueError, match=r"max_sequence_length=64.*max_length=65"):
+            model.initial_cache(*arguments, max_length=65)
+        with pytest.raises(TypeError, match="max_length='5'"):
+            model.initial_cache(*arguments, max_length="5")
 
 
 def test_class_token_moved_to_layers_under_its_old_registered_name():
@@ -184,3 +330,117 @@ def test_inputs_longer_than_the_learned_positions_are_named(zoo):
         zoo["lm"](tokens)
     with pytest.raises(ValueError, match=r"token_ids.shape=\(2, 65\)"):
         zoo["classifier"](tokens)
+
+
+# --- Position schemes ----------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstantBias(position_schemes.SinusoidalPositions):
+    """Sinusoids plus one constant added to every score, calls recorded.
+
+    A constant shifts every score of a row alike, so softmax, and the
+    model's outputs, do not change; NaN poisons every score it reaches.
+    """
+
+    name: typing.ClassVar[str] = "test_constant_bias"
+    biases_attention_scores: typing.ClassVar[bool] = True
+    value: float = 3.0
+    calls: list = dataclasses.field(default_factory=list, compare=False)
+
+    @classmethod
+    def for_model(cls, sequence_length=None, num_heads=None):
+        return SCHEME_IN_USE[0]
+
+    def attention_bias(
+        self, query_length, key_length, query_offset=0, bidirectional=False
+    ):
+        self.calls.append((query_length, key_length, query_offset, bidirectional))
+        # (batch, heads, query, key)
+        return ops.full((1, 1, query_length, key_length), self.value)
+
+
+SCHEME_IN_USE = []
+
+
+@pytest.fixture
+def biased(monkeypatch):
+    """`position="test_constant_bias"` gives the scheme `biased(value)` made."""
+    monkeypatch.setitem(position_schemes._SCHEMES, ConstantBias.name, ConstantBias)
+
+    def use(value):
+        SCHEME_IN_USE[:] = [ConstantBias(value=value)]
+        return SCHEME_IN_USE[0]
+
+    yield use
+    SCHEME_IN_USE.clear()
+
+
+# Each stack's bias layer, and whether its queries see later keys.
+BIAS_LAYERS = {
+    "transformer": {"encoder_position_bias": True, "decoder_position_bias": False},
+    "lm": {"position_bias": False},
+    "classifier": {"position_bias": True},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BIAS_LAYERS))
+def test_a_scheme_bias_reaches_every_block(biased, kind):
+    keras.utils.set_random_seed(0)
+    plain = make_model(kind, position="sinusoidal")
+    inputs = make_inputs(kind, batch_size=2)
+    expected = to_numpy(plain(inputs))
+
+    scheme = biased(3.0)
+    model = make_model(kind, position="test_constant_bias")
+    assert model.position_scheme is scheme
+    for attribute, bidirectional in BIAS_LAYERS[kind].items():
+        layer = model.get_layer(attribute)
+        assert getattr(model, attribute) is layer
+        assert layer.bidirectional is bidirectional
+    model.set_weights(plain.get_weights())
+    del scheme.calls[:]
+    np.testing.assert_allclose(to_numpy(model(inputs)), expected, atol=1e-5)
+    # One bias per stack and call, for the lengths of this call.
+    if kind == "transformer":
+        source = inputs["encoder_tokens"].shape[1]
+        target = inputs["decoder_tokens"].shape[1]
+        expected_calls = [(source, source, 0, True), (target, target, 0, False)]
+    else:
+        length = inputs.shape[1]
+        expected_calls = [(length, length, 0, BIAS_LAYERS[kind]["position_bias"])]
+    assert [(int(q), int(k), o, b) for q, k, o, b in scheme.calls] == expected_calls
+
+    biased(float("nan"))
+    poisoned = make_model(kind, position="test_constant_bias")
+    poisoned.set_weights(plain.get_weights())
+    assert np.isnan(to_numpy(poisoned(inputs))).all()
+
+
+@pytest.mark.parametrize("kind", ["transformer", "lm"])
+def test_a_cached_step_asks_the_bias_at_its_cache_index(biased, kind):
+    scheme = biased(3.0)
+    model = make_model(kind, position="test_constant_bias")
+    inputs = make_inputs(kind, batch_size=2)
+    if kind == "transformer":
+        encoded = model.encode(inputs["encoder_tokens"])
+        tokens = inputs["decoder_tokens"]
+        full = to_numpy(model.decode(tokens, *encoded))
+        cache = model.initial_cache(*encoded, max_length=7)
+    else:
+        tokens = inputs
+        full = to_numpy(model(tokens))
+        cache = model.initial_cache(2, max_length=7)
+    del scheme.calls[:]
+    first, cache = model.decode_step(tokens[:, :3], cache, 0)
+    second, cache = model.decode_step(tokens[:, 3:4], cache, 3)
+    assert scheme.calls == [(3, 7, 0, False), (1, 7, 3, False)]
+    np.testing.assert_allclose(to_numpy(first), full[:, :3], atol=1e-5)
+    np.testing.assert_allclose(to_numpy(second), full[:, 3:4], atol=1e-5)
+
+
+def test_positions_are_asked_of_the_scheme_not_compared_by_name(zoo):
+    assert zoo["lm"].position_scheme == position_schemes.LearnedPositions(64)
+    assert zoo["transformer"].position_scheme == position_schemes.SinusoidalPositions()
+    # ViT learns one position per patch and one for the class token.
+    assert zoo["vit"].position_scheme.max_length == 16 + 1

@@ -70,7 +70,7 @@ BOOLS = [
     *[
         (block, name)
         for block in BLOCKS
-        for name in ("normalize_first", "use_fused_attention")
+        for name in ("normalize_first", "flash_attention", "use_fused_attention")
     ],
     (layers.FeedForward, "use_bias"),
     (layers.TokenAndPositionEmbedding, "scale_by_sqrt_dim"),

@@ -59,14 +59,35 @@ BUILDERS = {
 }
 
 
-def arguments_of(kind):
-    """(model, argument) pairs of every model with an argument of `kind`."""
+# Constructor arguments by kind: a name means the same kind of value in
+# every model of the zoo.
+POSITIVE_INT_ARGUMENTS = (
+    "vocabulary_size",
+    "num_classes",
+    "num_layers",
+    "hidden_dim",
+    "num_heads",
+    "intermediate_dim",
+    "max_sequence_length",
+    "patch_size",
+    "num_channels",
+)
+RATE_ARGUMENTS = ("dropout", "attention_dropout")
+BOOL_ARGUMENTS = (
+    "normalize_first",
+    "tie_embeddings",
+    "flash_attention",
+    "use_fused_attention",
+)
+
+
+def arguments_of(names):
+    """(model, argument) pairs of every model with an argument in `names`."""
     return [
         (model, name)
-        for model, builder in BUILDERS.items()
-        for name in models.zoo_model.ARGUMENT_CHECKS
-        if models.zoo_model.ARGUMENT_CHECKS[name] is kind
-        and name in getattr(models, model).__init__.__code__.co_varnames
+        for model in BUILDERS
+        for name in names
+        if name in getattr(models, model).__init__.__code__.co_varnames
     ]
 
 
@@ -78,9 +99,9 @@ def check_constructor(model, name, value):
         assert_names_argument(error, name)
 
 
-POSITIVE_INTS = arguments_of(models.zoo_model.ARGUMENT_CHECKS["hidden_dim"])
-RATES = arguments_of(models.zoo_model.ARGUMENT_CHECKS["dropout"])
-BOOLS = arguments_of(models.zoo_model.ARGUMENT_CHECKS["normalize_first"])
+POSITIVE_INTS = arguments_of(POSITIVE_INT_ARGUMENTS)
+RATES = arguments_of(RATE_ARGUMENTS)
+BOOLS = arguments_of(BOOL_ARGUMENTS)
 CHOICES = [
     (model, name)
     for model in BUILDERS

@@ -153,7 +153,7 @@ def test_half_precision_fully_masked_rows_are_zero_with_large_inputs(dtype, use_
     mask[1, 2:] = False  # Two padded queries: fully masked rows.
     attended = to_numpy(
         scaled_dot_product_attention(
-            query, key, value, mask=mask, use_fused_attention=use_fused
+            query, key, value, mask=mask, flash_attention=None if use_fused else False
         )
     )
     assert np.isfinite(attended).all()
@@ -178,7 +178,7 @@ def test_float32_attention_casts_nothing(monkeypatch):
     mask = np.tril(np.ones((4, 4), bool))[None].repeat(2, axis=0)
     for use_fused in (True, False):
         scaled_dot_product_attention(
-            query, key, value, mask=mask, use_fused_attention=use_fused
+            query, key, value, mask=mask, flash_attention=None if use_fused else False
         )
     scaled_dot_product_attention(query, key, value, return_attention_scores=True)
     assert casts == []

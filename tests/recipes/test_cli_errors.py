@@ -37,21 +37,32 @@ def test_usage_errors_exit_2_and_name_the_argument(argv, message, capsys):
         ("epochs=0", "`epochs` must be a positive integer. Received: epochs=0"),
         ("epochs=2.5", "Received: epochs=2.5"),
         ('vocabulary_size="big"', "Received: vocabulary_size='big'"),
-        ("label_smoothing=1.0", "`label_smoothing` must be a number in [0.0, 1.0)"),
+        (
+            "label_smoothing=1.0",
+            "`label_smoothing` must be a float in [0, 1). "
+            "Received: label_smoothing=1.0",
+        ),
         ("dropout=-0.1", "Received: dropout=-0.1"),
         (
             "attention_dropout=1.0",
-            "`attention_dropout` must be a number in [0.0, 1.0). "
+            "`attention_dropout` must be a float in [0, 1). "
             "Received: attention_dropout=1.0",
         ),
-        ("learning_rate_scale=0", "`learning_rate_scale` must be a positive number"),
+        (
+            "learning_rate_scale=0",
+            "`learning_rate_scale` must be a finite number > 0.0",
+        ),
         ("time_budget_minutes=-5", "Received: time_budget_minutes=-5"),
         ("train_steps=0", "`train_steps` must be a positive integer"),
         ("average_checkpoints=0", "Received: average_checkpoints=0"),
         ("subword_nbest_size=0", "Received: subword_nbest_size=0"),
         ("subword_alpha=-1", "Received: subword_alpha=-1"),
         ("r_drop_alpha=-1", "Received: r_drop_alpha=-1"),
-        ("bucket_lengths=[8,8]", "Received: bucket_lengths=[8, 8]"),
+        (
+            "bucket_lengths=[8,8]",
+            "`bucket_lengths` must be an increasing list of integers >= 2. "
+            "Received: bucket_lengths=[8, 8]",
+        ),
         ("bucket_lengths=8", "Received: bucket_lengths=8"),
     ],
 )

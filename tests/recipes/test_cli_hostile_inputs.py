@@ -50,10 +50,13 @@ class NoStdin(io.StringIO):
     "override, message",
     [
         ("time_budget_minutes=Infinity", "Received: time_budget_minutes=inf"),
-        ("learning_rate_scale=Infinity", "must be a positive number (finite)"),
+        ("learning_rate_scale=Infinity", "Received: learning_rate_scale=inf"),
         ("label_smoothing=NaN", "Received: label_smoothing=nan"),
         ("length_penalty_alpha=Infinity", "Received: length_penalty_alpha=inf"),
-        ("seed=-1", "`seed` must be an integer in [0, 2**32). Received: seed=-1"),
+        (
+            "seed=-1",
+            "`seed` must be an integer in [0, 4294967295]. Received: seed=-1",
+        ),
         ("seed=4294967296", "Received: seed=4294967296"),
         ("seed=true", "Received: seed=True"),
         ('preset="transformer_huge"', "Received: preset='transformer_huge'"),

@@ -51,10 +51,17 @@ def test_training_batches_are_sampled_and_validation_is_not():
     assert _same(sampled_val, plain_val)
 
 
-def test_default_bucket_lengths_are_the_pipelines():
-    from keras_attn.text.pipeline import DEFAULT_BUCKET_LENGTHS
+def test_default_bucket_lengths_are_the_pipelines(monkeypatch):
+    from keras_attn.text import pipeline
 
-    assert translation_config.DEFAULT_BUCKET_LENGTHS == DEFAULT_BUCKET_LENGTHS
+    # One home: the recipe reads the pipeline's constant, keeps no copy.
+    assert not hasattr(translation_config, "DEFAULT_BUCKET_LENGTHS")
+    assert SETTINGS["tiny"].bucket_boundaries() == [
+        *[n for n in pipeline.DEFAULT_BUCKET_LENGTHS if n < 64],
+        64,
+    ]
+    monkeypatch.setattr(pipeline, "DEFAULT_BUCKET_LENGTHS", (10, 20, 100))
+    assert SETTINGS["tiny"].bucket_boundaries() == [10, 20, 64]
 
 
 def test_bucket_lengths_set_the_training_batch_shapes():

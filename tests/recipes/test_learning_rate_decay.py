@@ -14,7 +14,9 @@ def rate(schedule, step):
 
 
 def test_inverse_sqrt_is_the_papers_schedule():
-    config = TranslationConfig(train_steps=100, warmup_steps=10, learning_rate_scale=2.0)
+    config = TranslationConfig(
+        train_steps=100, warmup_steps=10, learning_rate_scale=2.0
+    )
     schedule = learning_rate_schedule(config, hidden_dim=64)
     assert isinstance(schedule, TransformerSchedule)
     # Equation (3): scale * d^-0.5 * min(step^-0.5, step * warmup^-1.5), 1-based.

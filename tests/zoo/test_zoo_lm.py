@@ -85,9 +85,10 @@ def test_initial_cache_shapes_and_limits(model):
     assert len(cache["self_attention"]) == model.num_layers
     keys, values = cache["self_attention"][0]
     assert tuple(keys.shape) == (3, 12, model.num_heads, 32 // model.num_heads)
-    if model.position == "learned":
-        with pytest.raises(ValueError, match="max_length=65"):
-            model.initial_cache(1, 65)
+    limit = model.position_scheme.max_length
+    if limit is not None:
+        with pytest.raises(ValueError, match=f"max_length={limit + 1}"):
+            model.initial_cache(1, limit + 1)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,323 @@
+"""Position schemes: what a model asks of the way it encodes positions.
+
+Attention itself is blind to order; a position scheme puts order back in.
+Schemes differ in where they act: the paper's sinusoids and learned
+vectors are added to the token embeddings (section 3.5), a relative bias
+(T5, ALiBi) is added to the attention scores, rotary embeddings rotate the
+queries and keys. A model does not compare names: it asks its scheme.
+
+| a model asks | the scheme answers |
+|---|---|
+| add vectors to the embeddings? | `adds_to_embeddings`, and `position_layer()` builds the layer that gives them |
+| bias the attention scores? | `biases_attention_scores`, and `attention_bias(query_length, key_length, query_offset=0)`: a float bias broadcastable to `(batch, heads, query, key)` (`None` without one); `attention_bias_layer()` computes it in a model |
+| rotate queries and keys? | `rotates_queries_and_keys` (`None`: no rotation) |
+| how long may a sequence be? | `max_length` (`None`: no limit) |
+| what at a cache index `i`? | the embedding at `start_index=i`, and the bias of the new positions against the cache, `attention_bias(new_length, cache_length, query_offset=i)` |
+
+`SinusoidalPositions` (`position="sinusoidal"`) and `LearnedPositions`
+(`position="learned"`) are the first two; models and
+`keras_attn.layers.TokenAndPositionEmbedding` choose one by its name with
+`get`. A new scheme is one class here, registered with `@register`. The
+models pass a scheme's bias to every block (`attention_bias=` of an
+encoder block, `self_attention_bias=` of a decoder block), and nothing at
+all for the schemes that add to the embeddings, at no cost.
+"""
+
+import dataclasses
+import typing
+
+import keras
+from keras import ops
+
+from keras_attn.layers.position_embedding import PositionEmbedding
+from keras_attn.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+from keras_attn.validation import check_positive_float, check_positive_int
+
+_SCHEMES = {}
+
+
+def register(scheme_class):
+    """Class decorator: makes a scheme available to `get` by its `name`.
+
+    Args:
+        scheme_class: a subclass of `PositionScheme` with a class attribute
+            `name`, the string a model's `position` argument gives.
+
+    Returns:
+        `scheme_class`, unchanged.
+    """
+    _SCHEMES[scheme_class.name] = scheme_class
+    return scheme_class
+
+
+def names():
+    """The names of the registered schemes, as a tuple of strings."""
+    return tuple(_SCHEMES)
+
+
+def get(identifier, sequence_length=None, num_heads=None):
+    """The position scheme that `identifier` names, for a model of this shape.
+
+    Args:
+        identifier: a scheme's name (`"sinusoidal"`, `"learned"`) or a
+            `PositionScheme`, returned as it is.
+        sequence_length: int, the model's longest sequence (the number of
+            learned positions). Defaults to `None`.
+        num_heads: int, the model's attention heads (for schemes with a
+            bias per head). Defaults to `None`.
+
+    Returns:
+        A `PositionScheme`.
+
+    Raises:
+        ValueError: `identifier` names no registered scheme (the error lists
+            the known names), or the scheme needs a size that is missing.
+
+    Example:
+
+    >>> scheme = keras_attn.layers.position_schemes.get(
+    ...     "learned", sequence_length=512)
+    >>> scheme.adds_to_embeddings, scheme.max_length
+    (True, 512)
+    >>> print(scheme.attention_bias(4, 4))
+    None
+    """
+    if isinstance(identifier, PositionScheme):
+        return identifier
+    try:
+        scheme_class = _SCHEMES[identifier]
+    except (KeyError, TypeError):  # TypeError: an unhashable identifier.
+        raise ValueError(
+            f"`position` must be one of {sorted(_SCHEMES)}. "
+            f"Received: position={identifier!r}"
+        ) from None
+    return scheme_class.for_model(sequence_length=sequence_length, num_heads=num_heads)
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionScheme:
+    """The interface of a position scheme; on its own, no positions at all.
+
+    A subclass overrides what its scheme does and leaves the rest: it adds
+    nothing to the embeddings, biases no score, rotates nothing and has no
+    length limit.
+
+    Class attributes:
+        name: str, the name `get` and a model's `position` argument use.
+        adds_to_embeddings: bool, whether `position_layer` builds a layer
+            whose output is added to the token embeddings.
+        biases_attention_scores: bool, whether `attention_bias` gives a
+            bias (then a model builds `attention_bias_layer`s).
+        rotates_queries_and_keys: `None`; reserved for rotary schemes.
+    """
+
+    name: typing.ClassVar[str] = None
+    adds_to_embeddings: typing.ClassVar[bool] = False
+    biases_attention_scores: typing.ClassVar[bool] = False
+    rotates_queries_and_keys: typing.ClassVar[object] = None
+
+    @classmethod
+    def for_model(cls, sequence_length=None, num_heads=None):
+        """The scheme for a model of this shape (what `get` builds).
+
+        Args:
+            sequence_length: int or `None`, the model's longest sequence.
+            num_heads: int or `None`, the model's attention heads.
+
+        Returns:
+            An instance of `cls`.
+        """
+        return cls()
+
+    @property
+    def max_length(self):
+        """The most positions the scheme encodes; `None` for no limit."""
+        return None
+
+    def check_embedding_dim(self, embedding_dim, name):
+        """Returns `embedding_dim` if the scheme can encode it, else raises.
+
+        Args:
+            embedding_dim: int, the model dimension.
+            name: str, the argument's public name (for the message).
+        """
+        return embedding_dim
+
+    def position_layer(self, dtype=None):
+        """The layer whose output `(batch, length, dim)` is added to the
+        embeddings, called as `layer(embeddings, start_index=...)`; `None`
+        when the scheme does not add to the embeddings.
+
+        Args:
+            dtype: dtype or `keras.DTypePolicy` of the layer. Defaults to
+                `None`, meaning the global policy.
+        """
+        return None
+
+    def attention_bias(
+        self, query_length, key_length, query_offset=0, bidirectional=False
+    ):
+        """The bias added to the attention scores; `None` for none.
+
+        Args:
+            query_length: int or scalar tensor, the number of queries.
+            key_length: int or scalar tensor, the number of keys.
+            query_offset: int or scalar tensor, the position of the first
+                query (the cache index when decoding; keys start at 0).
+                Defaults to `0`.
+            bidirectional: bool, `True` for an encoder (queries attend to
+                later keys too), `False` for a causal decoder. Defaults to
+                `False`.
+
+        Returns:
+            `None`, or a float tensor broadcastable to `(batch, heads,
+            query_length, key_length)`.
+        """
+        return None
+
+    def attention_bias_layer(self, bidirectional, dtype=None, name=None):
+        """The layer a model calls for the bias of one stack of blocks.
+
+        Called as `layer(query_sequence, key_sequence=None,
+        query_offset=0)`, inside the functional graph (lengths unknown
+        until run) and when decoding with a cache (the keys: the cache).
+        A scheme whose bias has weights (T5's) returns a layer of its own.
+
+        Args:
+            bidirectional: bool, see `attention_bias`.
+            dtype: dtype or `keras.DTypePolicy` of the layer. Defaults to
+                `None`, meaning the global policy.
+            name: str, the layer's name. Defaults to `None`.
+
+        Returns:
+            A `PositionBias` layer, or `None` when the scheme biases no
+            score.
+        """
+        if not self.biases_attention_scores:
+            return None
+        return PositionBias(self, bidirectional, dtype=dtype, name=name)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class SinusoidalPositions(PositionScheme):
+    """The paper's fixed sine and cosine encodings, added to the embeddings.
+
+    Any length is encoded; the model dimension must be even (sine and
+    cosine pairs). The layer is `keras_attn.layers.SinusoidalPositionEncoding`.
+
+    Args:
+        max_wavelength: float, the base of the wavelengths. Defaults to
+            `10000`.
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017, section 3.5.
+    """
+
+    name: typing.ClassVar[str] = "sinusoidal"
+    adds_to_embeddings: typing.ClassVar[bool] = True
+
+    max_wavelength: float = 10000.0
+
+    def __post_init__(self):
+        check_positive_float(self.max_wavelength, "max_wavelength")
+
+    def check_embedding_dim(self, embedding_dim, name):
+        if embedding_dim % 2:
+            raise ValueError(
+                f"`{name}` must be even with sinusoidal positions (sine and "
+                f"cosine pairs). Received: {name}={embedding_dim}, "
+                "position='sinusoidal'"
+            )
+        return embedding_dim
+
+    def position_layer(self, dtype=None):
+        return SinusoidalPositionEncoding(
+            max_wavelength=self.max_wavelength, dtype=dtype, name="position_encoding"
+        )
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class LearnedPositions(PositionScheme):
+    """One trainable vector per position, added to the embeddings.
+
+    Sequences end at `sequence_length` positions. The layer is
+    `keras_attn.layers.PositionEmbedding`.
+
+    Args:
+        sequence_length: int, the number of learned positions.
+        initializer: initializer of the vectors. Defaults to
+            `"glorot_uniform"`.
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017, section 3.5 and
+        Table 3, row (E).
+    """
+
+    name: typing.ClassVar[str] = "learned"
+    adds_to_embeddings: typing.ClassVar[bool] = True
+
+    sequence_length: int
+    initializer: object = "glorot_uniform"
+
+    def __post_init__(self):
+        check_positive_int(self.sequence_length, "sequence_length")
+
+    @classmethod
+    def for_model(cls, sequence_length=None, num_heads=None):
+        return cls(sequence_length)
+
+    @property
+    def max_length(self):
+        return self.sequence_length
+
+    def position_layer(self, dtype=None):
+        return PositionEmbedding(
+            self.sequence_length,
+            initializer=keras.initializers.get(self.initializer),
+            dtype=dtype,
+            name="position_embedding",
+        )
+
+
+class PositionBias(keras.layers.Layer):
+    """A position scheme's attention bias, as a layer of a model.
+
+    Built by `PositionScheme.attention_bias_layer`, held by the model that
+    names the scheme in its config (this layer has no config of its own).
+
+    Args:
+        scheme: the `PositionScheme` whose `attention_bias` this gives.
+        bidirectional: bool, see `PositionScheme.attention_bias`.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        query_sequence: tensor `(batch, query_length, ...)`; only its
+            length is used.
+        key_sequence: tensor `(batch, key_length, ...)`. Defaults to
+            `None`, meaning `query_sequence` (self-attention).
+        query_offset: int or scalar int tensor, the position of the first
+            query. Defaults to `0`.
+
+    Returns:
+        The scheme's bias, broadcastable to `(batch, heads, query_length,
+        key_length)`.
+    """
+
+    def __init__(self, scheme, bidirectional, **kwargs):
+        super().__init__(**kwargs)
+        self.scheme = scheme
+        self.bidirectional = bidirectional
+
+    def call(self, query_sequence, key_sequence=None, query_offset=0):
+        if key_sequence is None:
+            key_sequence = query_sequence
+        return self.scheme.attention_bias(
+            ops.shape(query_sequence)[1],
+            ops.shape(key_sequence)[1],
+            query_offset=query_offset,
+            bidirectional=self.bidirectional,
+        )
