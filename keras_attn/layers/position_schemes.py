@@ -15,7 +15,8 @@ queries and keys. A model does not compare names: it asks its scheme.
 | what at a cache index `i`? | the embedding at `start_index=i`, and the bias of the new positions against the cache, `attention_bias(new_length, cache_length, query_offset=i)` |
 
 `SinusoidalPositions` (`position="sinusoidal"`) and `LearnedPositions`
-(`position="learned"`) are the first two; models and
+(`position="learned"`) are the first two, `AlibiPositions`
+(`position="alibi"`) the first that biases the scores; models and
 `keras_attn.layers.TokenAndPositionEmbedding` choose one by its name with
 `get`. A new scheme is one class here, registered with `@register`. The
 models pass a scheme's bias to every block (`attention_bias=` of an
@@ -29,6 +30,7 @@ import typing
 import keras
 from keras import ops
 
+from keras_attn.layers.alibi_bias import alibi_bias
 from keras_attn.layers.position_embedding import PositionEmbedding
 from keras_attn.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
@@ -61,8 +63,8 @@ def get(identifier, sequence_length=None, num_heads=None):
     """The position scheme that `identifier` names, for a model of this shape.
 
     Args:
-        identifier: a scheme's name (`"sinusoidal"`, `"learned"`) or a
-            `PositionScheme`, returned as it is.
+        identifier: a scheme's name (`"sinusoidal"`, `"learned"`,
+            `"alibi"`) or a `PositionScheme`, returned as it is.
         sequence_length: int, the model's longest sequence (the number of
             learned positions). Defaults to `None`.
         num_heads: int, the model's attention heads (for schemes with a
@@ -280,6 +282,76 @@ class LearnedPositions(PositionScheme):
             initializer=keras.initializers.get(self.initializer),
             dtype=dtype,
             name="position_embedding",
+        )
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class AlibiPositions(PositionScheme):
+    """ALiBi: no position embedding, a linear distance penalty per head.
+
+    Head `h` adds `-slope_h * |query_position - key_position|` to its
+    scores (`keras_attn.layers.alibi_bias`; the slopes are
+    `keras_attn.layers.alibi_slopes`). A decoder's causal mask leaves only
+    keys at or before the query, so its bias is the paper's
+    `-slope_h * (i - j)`; an encoder's queries see keys on both sides and
+    are penalized by the distance either way. Nothing is learned and no
+    length is fixed: a model trained short runs on longer sequences.
+
+    Args:
+        num_heads: int, the model's attention heads (one slope each).
+            Defaults to `None`: a scheme that adds nothing to the
+            embeddings, for `keras_attn.layers.TokenAndPositionEmbedding`,
+            which has no heads; `attention_bias` then raises.
+        alibi_bias_max: float, see `keras_attn.layers.alibi_slopes`.
+            Defaults to `8`.
+
+    Example:
+
+    >>> scheme = keras_attn.layers.position_schemes.get("alibi", num_heads=2)
+    >>> scheme.adds_to_embeddings, scheme.max_length
+    (False, None)
+    >>> bias = scheme.attention_bias(1, 3, query_offset=2)  # a cached step
+    >>> keras.ops.convert_to_numpy(bias[0, :, 0]).tolist()
+    [[-0.125, -0.0625, 0.0], [-0.0078125, -0.00390625, 0.0]]
+
+    References:
+        Press et al., "Train Short, Test Long: Attention with Linear Biases
+        Enables Input Length Extrapolation", 2021,
+        https://arxiv.org/abs/2108.12409.
+    """
+
+    name: typing.ClassVar[str] = "alibi"
+    biases_attention_scores: typing.ClassVar[bool] = True
+
+    num_heads: int = None
+    alibi_bias_max: float = 8.0
+
+    def __post_init__(self):
+        check_positive_int(self.num_heads, "num_heads", allow_none=True)
+        check_positive_float(self.alibi_bias_max, "alibi_bias_max")
+
+    @classmethod
+    def for_model(cls, sequence_length=None, num_heads=None):
+        return cls(num_heads)
+
+    def attention_bias(
+        self, query_length, key_length, query_offset=0, bidirectional=False
+    ):
+        if self.num_heads is None:
+            raise ValueError(
+                "ALiBi's bias has one slope per head: build the scheme with "
+                "`num_heads` (`position_schemes.get('alibi', num_heads=...)`). "
+                "Received: num_heads=None"
+            )
+        # (1, num_heads, query_length, key_length)
+        return alibi_bias(
+            self.num_heads,
+            query_length,
+            key_length,
+            query_offset=query_offset,
+            alibi_bias_max=self.alibi_bias_max,
+            bidirectional=bidirectional,
         )
 
 

@@ -4,17 +4,13 @@ import keras
 from keras import ops
 
 from keras_attn.layers.masking import as_bool_mask, causal_mask, merge_attention_masks
+from keras_attn.layers.stacked_decoder_cache import (
+    StackedDecoderCacheMixin,
+    uses_stacked_cache,
+)
 from keras_attn.layers.transformer_block_base import (
     TransformerBlockBase,
     check_sequence_shape,
-)
-
-# keras-hub's cache call arguments, in the order `call` gathers them.
-STACKED_CACHE_ARGUMENTS = (
-    "self_attention_cache",
-    "self_attention_cache_update_index",
-    "cross_attention_cache",
-    "cross_attention_cache_update_index",
 )
 
 
@@ -39,7 +35,7 @@ def write_cache(cache, index, keys, values):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TransformerDecoderBlock(TransformerBlockBase):
+class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
     """Masked self-attention, cross-attention and feed-forward, with Add & Norm.
 
     Built without an `encoder_sequence` the block has no cross-attention and
@@ -97,7 +93,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
         self_attention_cache, self_attention_cache_update_index,
         cross_attention_cache, cross_attention_cache_update_index:
             keras-hub's `TransformerDecoder` cache call, served by the same
-            code as `call_cached` (which new code should use): stacked
+            code as `call_cached` (which new code should use) through the
+            adapter of `keras_attn.layers.stacked_decoder_cache`: stacked
             caches `(batch, 2, length, num_heads, head_dim)`.
         decoder_sequence_mask, encoder_sequence_mask: filled by Keras from
             mask-carrying inputs; used when the padding masks are not given.
@@ -226,7 +223,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
             cross_attention_cache,
             cross_attention_cache_update_index,
         )
-        if any(argument is not None for argument in stacked_caches):
+        if uses_stacked_cache(stacked_caches):
+            # keras-hub's cache call (`StackedDecoderCacheMixin`).
             return self._call_with_stacked_cache(
                 decoder_sequence,
                 encoder_sequence,
@@ -435,113 +433,6 @@ class TransformerDecoderBlock(TransformerBlockBase):
         )
         return self._feed_forward_sublayer(x, training), keys_values
 
-    # --- keras-hub's cache call, an adapter onto `_cached_step` ------------
-
-    def _check_stacked_caches(self, stacked_caches, return_attention_scores):
-        self_cache, _, cross_cache, cross_index = stacked_caches
-        received = ", ".join(
-            f"{name}=set"
-            for name, value in zip(STACKED_CACHE_ARGUMENTS, stacked_caches)
-            if value is not None
-        )
-        if self_cache is None:
-            raise ValueError(
-                f"Layer {self.name}: keras-hub's cache arguments need a "
-                f"`self_attention_cache`. Received: {received}"
-            )
-        if self.has_cross_attention and cross_cache is None:
-            raise ValueError(
-                f"Layer {self.name} has cross-attention: `self_attention_cache` "
-                "and `cross_attention_cache` must both be set or both be "
-                f"`None`. Received: {received}"
-            )
-        if not self.has_cross_attention and (
-            cross_cache is not None or cross_index is not None
-        ):
-            raise ValueError(
-                f"Layer {self.name} was built without cross-attention; it takes "
-                f"no `cross_attention_cache`. Received: {received}"
-            )
-        if return_attention_scores:
-            raise ValueError(
-                "`return_attention_scores=True` is not supported with "
-                f"keras-hub's cache arguments. Received: {received}"
-            )
-
-    def _call_with_stacked_cache(
-        self,
-        decoder_sequence,
-        encoder_sequence,
-        stacked_caches,
-        self_masks,
-        cross_masks,
-        self_attention_bias,
-        return_attention_scores,
-        training,
-    ):
-        """keras-hub's `TransformerDecoder` cache call, run by `_cached_step`.
-
-        keras-hub stacks a cache in one `(batch, 2, length, num_heads,
-        head_dim)` tensor (keys at `[:, 0]`, values at `[:, 1]`) and gives
-        it with an update index; an index of `None` reads the cache without
-        writing it (`cross_attention_cache_update_index=0` fills the
-        cross-attention cache from `encoder_sequence`). `stacked_caches` is
-        `(self_attention_cache, self_attention_cache_update_index,
-        cross_attention_cache, cross_attention_cache_update_index)`;
-        `self_masks` is `(padding_mask, attention_mask, use_causal_mask)`,
-        the padding mask `(batch, max_length)` over the cache's slots (the
-        Keras mask of `decoder_sequence`, which covers the new positions
-        only, is not used); `cross_masks` is `(padding_mask,
-        attention_mask)`.
-
-        Returns:
-            `(outputs, self_attention_cache)`, and `cross_attention_cache`
-            third with cross-attention.
-        """
-        self._check_stacked_caches(stacked_caches, return_attention_scores)
-        self_cache, self_index, cross_cache, cross_index = stacked_caches
-        x = ops.convert_to_tensor(decoder_sequence)
-        # (batch, max_length, num_heads, head_dim) each
-        keys_values = (self_cache[:, 0], self_cache[:, 1])
-        cross_keys_values, cross_mask = None, None
-        if self.has_cross_attention:
-            # (batch, source_length, num_heads, head_dim) each
-            cross_keys_values = (cross_cache[:, 0], cross_cache[:, 1])
-            if cross_index is not None:
-                new_keys, new_values = self.cross_attention.compute_key_value(
-                    encoder_sequence
-                )
-                cross_keys_values = write_cache(
-                    cross_keys_values, cross_index, new_keys, new_values
-                )
-                # (batch, 2, source_length, num_heads, head_dim)
-                cross_cache = ops.stack(cross_keys_values, axis=1)
-            padding_mask, attention_mask = cross_masks
-            cross_mask = merge_attention_masks(
-                x,
-                cross_keys_values[0],
-                value_mask=padding_mask,
-                attention_mask=attention_mask,
-            )
-        self_mask = self._cached_self_attention_mask(
-            x, keys_values[0], self_index, *self_masks
-        )
-        outputs, keys_values = self._cached_step(
-            x,
-            keys_values,
-            self_index,
-            cross_keys_values,
-            (self_mask, cross_mask),
-            self_attention_bias,
-            training,
-        )
-        if self_index is not None:
-            # (batch, 2, max_length, num_heads, head_dim)
-            self_cache = ops.stack(keys_values, axis=1)
-        if not self.has_cross_attention:
-            return outputs, self_cache
-        return outputs, self_cache, cross_cache
-
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return decoder_sequence_shape
 
@@ -572,14 +463,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
             cross_attention_cache,
             cross_attention_cache_update_index,
         )
-        if any(argument is not None for argument in stacked_caches):
-            # keras-hub's cache call returns the caches it was given, updated.
-            self._check_stacked_caches(stacked_caches, return_attention_scores)
-            caches = (self_attention_cache, cross_attention_cache)
-            if not self.has_cross_attention:
-                caches = caches[:1]
-            return output, *(
-                keras.KerasTensor(cache.shape, dtype=cache.dtype) for cache in caches
+        if uses_stacked_cache(stacked_caches):
+            return self._stacked_cache_output_spec(
+                output, stacked_caches, return_attention_scores
             )
         if not return_attention_scores:
             return output

@@ -95,8 +95,8 @@ class Transformer(ZooModel):
         max_sequence_length: int, the longest sequence (learned positions,
             decoding caches). Defaults to `256`.
         position: the position scheme's name (see
-            `keras_attn.layers.position_schemes`), `"sinusoidal"` or
-            `"learned"`. Defaults to `"sinusoidal"`.
+            `keras_attn.layers.position_schemes`), `"sinusoidal"`,
+            `"learned"` or `"alibi"` (attention biases, Press et al., 2022). Defaults to `"sinusoidal"`.
         normalize_first: bool, pre-norm blocks plus a final layer norm.
             Defaults to `False` (the paper's post-norm).
         tie_embeddings: bool, share encoder/decoder embeddings and the output

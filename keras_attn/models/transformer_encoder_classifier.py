@@ -81,8 +81,8 @@ class TransformerEncoderClassifier(ZooModel):
         max_sequence_length: int, the number of learned positions.
             Defaults to `512`.
         position: the position scheme's name (see
-            `keras_attn.layers.position_schemes`), `"learned"` (BERT) or
-            `"sinusoidal"`. Defaults to `"learned"`.
+            `keras_attn.layers.position_schemes`), `"learned"` (BERT),
+            `"sinusoidal"` or `"alibi"`. Defaults to `"learned"`.
         pooling: `"cls"` or `"mean"`. Defaults to `"cls"`.
         normalize_first: bool, pre-norm blocks. Defaults to `False`.
         pad_id: int, the padding id. Defaults to `0`.

@@ -51,8 +51,8 @@ class TransformerLM(ZooModel):
         max_sequence_length: int, the longest sequence (learned positions,
             caches). Defaults to `1024`.
         position: the position scheme's name (see
-            `keras_attn.layers.position_schemes`), `"learned"` (GPT-2) or
-            `"sinusoidal"`. Defaults to `"learned"`.
+            `keras_attn.layers.position_schemes`), `"learned"` (GPT-2),
+            `"sinusoidal"` or `"alibi"`. Defaults to `"learned"`.
         normalize_first: bool, pre-norm blocks and a final layer norm.
             Defaults to `True`.
         tie_embeddings: bool, project to the vocabulary with the token

@@ -8,6 +8,7 @@ import pytest
 from keras import ops
 
 from keras_attn.generation import beam_search, greedy_search, length_penalty, sample
+from keras_attn.layers import position_schemes
 from keras_attn.models import Transformer
 
 # === A hand-built model whose next-token distribution we choose ===
@@ -61,7 +62,7 @@ class LookupTableModel:
     """
 
     pad_id = PAD
-    position = "sinusoidal"
+    position_scheme = position_schemes.get("sinusoidal")
     max_sequence_length = 64
 
     def __init__(self, tables):
