@@ -146,7 +146,7 @@ def model(tokenizer):
         "decoder_tokens": ids(targets, prefix=[tokenizer.start_id]),
     }
     labels = ids(targets, suffix=[tokenizer.end_id])
-    model.fit(inputs, labels, batch_size=20, epochs=6, verbose=0)
+    model.fit(inputs, labels, batch_size=20, epochs=10, verbose=0)
     return model
 
 
