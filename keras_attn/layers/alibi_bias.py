@@ -10,6 +10,7 @@ import math
 import keras
 from keras import ops
 
+from keras_attn.layers.masking import relative_positions
 from keras_attn.validation import (
     check_bool,
     check_positive_float,
@@ -109,13 +110,8 @@ def alibi_bias(
     for name, value in (("query_length", query_length), ("key_length", key_length)):
         if is_integer(value):
             check_positive_int(value, name)
-    # int32, not the default int (int64 under floatx "float64").
-    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
-        query_offset, "int32"
-    )
-    key_positions = ops.arange(key_length, dtype="int32")
     # key_position - query_position, <= 0 for the keys a decoder sees.
-    relative = key_positions[None, :] - query_positions[:, None]  # (query, key)
+    relative = relative_positions(query_length, key_length, query_offset)
     if bidirectional:
         relative = -ops.abs(relative)
     relative = ops.cast(relative, "float32")

@@ -20,6 +20,33 @@ import numpy as np
 from keras import ops
 
 
+def relative_positions(query_length, key_length, query_offset=0):
+    """`key_position - query_position` for every query and key, int32.
+
+    The one place the position-dependent masks and biases (causal mask,
+    sliding window, ALiBi, T5's relative bias) get their distances from.
+
+    Args:
+        query_length: int or scalar tensor, number of query positions.
+        key_length: int or scalar tensor, number of key positions.
+        query_offset: int or scalar tensor, the absolute position of the
+            first query (cached decoding: the queries are the newest tokens
+            of a longer sequence). Defaults to `0`.
+
+    Returns:
+        An int32 tensor `(query_length, key_length)`, `<= 0` for the keys
+        a causal decoder may attend.
+    """
+    # int32 spelt out: with `floatx()` "float64" Keras's default int is
+    # int64, which TensorFlow will not add to an int32 `query_offset`.
+    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
+        query_offset, "int32"
+    )
+    key_positions = ops.arange(key_length, dtype="int32")
+    # (query_length, key_length)
+    return key_positions[None, :] - query_positions[:, None]
+
+
 def causal_mask(query_length, key_length, query_offset=0):
     """Lower-triangular mask: query `i` may attend keys `j <= i + query_offset`.
 
@@ -33,12 +60,9 @@ def causal_mask(query_length, key_length, query_offset=0):
     Returns:
         A boolean tensor of shape `(1, query_length, key_length)`.
     """
-    # int32 spelt out: with `floatx()` "float64" Keras's default int is
-    # int64, which TensorFlow will not add to an int32 `query_offset`.
-    query_positions = ops.arange(query_length, dtype="int32")[:, None] + query_offset
-    key_positions = ops.arange(key_length, dtype="int32")[None, :]
+    relative = relative_positions(query_length, key_length, query_offset)
     # (1, query_length, key_length)
-    return ops.expand_dims(key_positions <= query_positions, axis=0)
+    return ops.expand_dims(relative <= 0, axis=0)
 
 
 def sliding_window_mask(query_length, key_length, sliding_window):
@@ -54,12 +78,9 @@ def sliding_window_mask(query_length, key_length, sliding_window):
     Returns:
         A boolean tensor of shape `(1, query_length, key_length)`.
     """
-    query_positions = ops.arange(query_length, dtype="int32")[:, None]
-    key_positions = ops.arange(key_length, dtype="int32")[None, :]
+    relative = relative_positions(query_length, key_length)
     # (1, query_length, key_length)
-    return ops.expand_dims(
-        ops.abs(query_positions - key_positions) < sliding_window, axis=0
-    )
+    return ops.expand_dims(ops.abs(relative) < sliding_window, axis=0)
 
 
 def _eager_values(tensor):

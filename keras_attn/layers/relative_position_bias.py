@@ -14,6 +14,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attn.layers.masking import relative_positions
 from keras_attn.validation import check_bool, check_positive_int, is_integer
 
 
@@ -197,12 +198,8 @@ class RelativePositionBias(keras.layers.Layer):
         ):
             if is_integer(value):
                 check_positive_int(value, name)
-        # int32, not the default int (int64 under floatx "float64").
-        query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
-            query_offset, "int32"
-        )
-        key_positions = ops.arange(key_length, dtype="int32")
-        relative = key_positions[None, :] - query_positions[:, None]  # (query, key)
+        # (query_length, key_length)
+        relative = relative_positions(query_length, key_length, query_offset)
         buckets = relative_position_bucket(
             relative, self.bidirectional, self.num_buckets, self.max_distance
         )
