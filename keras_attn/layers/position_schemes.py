@@ -16,7 +16,9 @@ queries and keys. A model does not compare names: it asks its scheme.
 
 `SinusoidalPositions` (`position="sinusoidal"`) and `LearnedPositions`
 (`position="learned"`) are the first two, `AlibiPositions`
-(`position="alibi"`) the first that biases the scores; models and
+(`position="alibi"`) the first that biases the scores and
+`RelativePositions` (`position="relative"`, T5) the first whose bias has
+weights (its own `attention_bias_layer`, `RelativeBias`); models and
 `keras_attn.layers.TokenAndPositionEmbedding` choose one by its name with
 `get`. A new scheme is one class here, registered with `@register`. The
 models pass a scheme's bias to every block (`attention_bias=` of an
@@ -32,6 +34,10 @@ from keras import ops
 
 from keras_attn.layers.alibi_bias import alibi_bias
 from keras_attn.layers.position_embedding import PositionEmbedding
+from keras_attn.layers.relative_position_bias import (
+    RelativePositionBias,
+    check_bucket_arguments,
+)
 from keras_attn.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
@@ -64,7 +70,8 @@ def get(identifier, sequence_length=None, num_heads=None):
 
     Args:
         identifier: a scheme's name (`"sinusoidal"`, `"learned"`,
-            `"alibi"`) or a `PositionScheme`, returned as it is.
+            `"alibi"`, `"relative"`) or a `PositionScheme`, returned as it
+            is.
         sequence_length: int, the model's longest sequence (the number of
             learned positions). Defaults to `None`.
         num_heads: int, the model's attention heads (for schemes with a
@@ -355,6 +362,94 @@ class AlibiPositions(PositionScheme):
         )
 
 
+@register
+@dataclasses.dataclass(frozen=True)
+class RelativePositions(PositionScheme):
+    """T5's relative position bias: a learned scalar per distance bucket.
+
+    No position embedding: each head adds a learned scalar to its scores,
+    one per bucket of the distance between query and key
+    (`keras_attn.layers.RelativePositionBias`). As in T5, one bias layer
+    serves all the blocks of a stack: an encoder's buckets tell keys
+    before the query from keys after it, a decoder's are causal. No length
+    is fixed: all distances past `max_distance` share the last bucket.
+
+    The bias has weights, so it lives in a layer, not in `attention_bias`:
+    a model asks for it with `attention_bias_layer`, holds it and saves its
+    weights.
+
+    Args:
+        num_heads: int, the model's attention heads (one scalar each per
+            bucket). Defaults to `None`: a scheme that adds nothing to the
+            embeddings, for `keras_attn.layers.TokenAndPositionEmbedding`,
+            which has no heads; `attention_bias_layer` then raises.
+        num_buckets: int, the number of distance buckets. Defaults to `32`.
+        max_distance: int, the distance from which all keys share a bucket.
+            Defaults to `128`.
+        initializer: initializer of the bucket scalars. Defaults to
+            `"random_normal"`.
+
+    Example:
+
+    >>> scheme = keras_attn.layers.position_schemes.get("relative", num_heads=2)
+    >>> scheme.adds_to_embeddings, scheme.max_length
+    (False, None)
+    >>> layer = scheme.attention_bias_layer(bidirectional=False)
+    >>> tokens = keras.ops.zeros((1, 5, 8))
+    >>> tuple(layer(tokens).shape)  # (1, heads, query, key)
+    (1, 2, 5, 5)
+
+    References:
+        Raffel et al., "Exploring the Limits of Transfer Learning with a
+        Unified Text-to-Text Transformer", 2020, section 2.1.
+    """
+
+    name: typing.ClassVar[str] = "relative"
+    biases_attention_scores: typing.ClassVar[bool] = True
+
+    num_heads: int = None
+    num_buckets: int = 32
+    max_distance: int = 128
+    initializer: object = "random_normal"
+
+    def __post_init__(self):
+        check_positive_int(self.num_heads, "num_heads", allow_none=True)
+        # One scheme serves encoders and decoders: both must have buckets.
+        for bidirectional in (True, False):
+            check_bucket_arguments(bidirectional, self.num_buckets, self.max_distance)
+
+    @classmethod
+    def for_model(cls, sequence_length=None, num_heads=None):
+        return cls(num_heads)
+
+    def attention_bias(
+        self, query_length, key_length, query_offset=0, bidirectional=False
+    ):
+        raise ValueError(
+            "T5's relative bias is learned: it has no value without the "
+            "layer that holds its weights. Ask the scheme for "
+            "`attention_bias_layer(bidirectional)` and call that. "
+            "Received: position='relative'"
+        )
+
+    def attention_bias_layer(self, bidirectional, dtype=None, name=None):
+        if self.num_heads is None:
+            raise ValueError(
+                "T5's bias has one scalar per bucket and head: build the "
+                "scheme with `num_heads` (`position_schemes.get('relative', "
+                "num_heads=...)`). Received: num_heads=None"
+            )
+        return RelativeBias(
+            self.num_heads,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+            bidirectional=bidirectional,
+            embeddings_initializer=self.initializer,
+            dtype=dtype,
+            name=name,
+        )
+
+
 class PositionBias(keras.layers.Layer):
     """A position scheme's attention bias, as a layer of a model.
 
@@ -393,3 +488,93 @@ class PositionBias(keras.layers.Layer):
             query_offset=query_offset,
             bidirectional=self.bidirectional,
         )
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class RelativeBias(keras.layers.Layer):
+    """T5's relative position bias, as a model's bias layer of one stack.
+
+    Built by `RelativePositions.attention_bias_layer`: a
+    `keras_attn.layers.RelativePositionBias` (its weight, `embeddings`
+    `(num_buckets, num_heads)`, saved under this layer's
+    `relative_position_bias`) called with sequences, as a model calls a
+    `PositionBias`. A model calls it once per stack and hands the bias to
+    every block, as T5 computes it in the first layer and shares it.
+
+    Args:
+        num_heads: int, the number of attention heads.
+        num_buckets: int, the number of distance buckets. Defaults to `32`.
+        max_distance: int, the distance from which all keys share a bucket.
+            Defaults to `128`.
+        bidirectional: bool, `True` for an encoder, `False` for a causal
+            decoder. Defaults to `True`.
+        embeddings_initializer: initializer of the bucket scalars. Defaults
+            to `"random_normal"`.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        query_sequence: tensor `(batch, query_length, ...)`; only its
+            length is used.
+        key_sequence: tensor `(batch, key_length, ...)`. Defaults to
+            `None`, meaning `query_sequence` (self-attention).
+        query_offset: int or scalar int tensor, the position of the first
+            query. Defaults to `0`.
+
+    Returns:
+        A tensor `(1, num_heads, query_length, key_length)`.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        num_buckets=32,
+        max_distance=128,
+        bidirectional=True,
+        embeddings_initializer="random_normal",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        self.bidirectional, self.num_buckets, self.max_distance = (
+            check_bucket_arguments(bidirectional, num_buckets, max_distance)
+        )
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+
+    def build(self, query_sequence_shape, key_sequence_shape=None):
+        # Made here, in this layer's name scope, so that the weight's path
+        # names its stack: `encoder_position_bias/relative_position_bias/...`.
+        self.relative_position_bias = RelativePositionBias(
+            self.num_heads,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+            bidirectional=self.bidirectional,
+            embeddings_initializer=self.embeddings_initializer,
+            dtype=self.dtype_policy,
+            name="relative_position_bias",
+        )
+        self.built = True
+
+    def call(self, query_sequence, key_sequence=None, query_offset=0):
+        if key_sequence is None:
+            key_sequence = query_sequence
+        # (1, num_heads, query_length, key_length)
+        return self.relative_position_bias(
+            query_length=ops.shape(query_sequence)[1],
+            key_length=ops.shape(key_sequence)[1],
+            query_offset=query_offset,
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "num_buckets": self.num_buckets,
+                "max_distance": self.max_distance,
+                "bidirectional": self.bidirectional,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+            }
+        )
+        return config

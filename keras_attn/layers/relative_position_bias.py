@@ -42,7 +42,12 @@ def _distance_buckets(num_buckets, max_distance):
     return tuple(np.where(distance < max_exact, distance, large).tolist())
 
 
-def _check_buckets(bidirectional, num_buckets, max_distance):
+def check_bucket_arguments(bidirectional, num_buckets, max_distance):
+    """`(bidirectional, num_buckets, max_distance)` checked for T5's buckets.
+
+    Shared by `RelativePositionBias` and the `"relative"` position scheme,
+    which refuses bad sizes when a model is configured, before any layer.
+    """
     bidirectional = check_bool(bidirectional, "bidirectional")
     num_buckets = check_positive_int(num_buckets, "num_buckets")
     max_distance = check_positive_int(max_distance, "max_distance")
@@ -99,7 +104,7 @@ def relative_position_bucket(
         Raffel et al., "Exploring the Limits of Transfer Learning with a
         Unified Text-to-Text Transformer", 2020, section 2.1.
     """
-    bidirectional, num_buckets, max_distance = _check_buckets(
+    bidirectional, num_buckets, max_distance = check_bucket_arguments(
         bidirectional, num_buckets, max_distance
     )
     relative_position = ops.cast(relative_position, "int32")
@@ -175,8 +180,8 @@ class RelativePositionBias(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int(num_heads, "num_heads")
-        self.bidirectional, self.num_buckets, self.max_distance = _check_buckets(
-            bidirectional, num_buckets, max_distance
+        self.bidirectional, self.num_buckets, self.max_distance = (
+            check_bucket_arguments(bidirectional, num_buckets, max_distance)
         )
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         # The weight's shape is known now: build here, so that the layer

@@ -56,7 +56,7 @@ def test_a_scheme_object_is_returned_as_it_is():
 
 @pytest.mark.parametrize("identifier", ["rotary", "", None, ["learned"]])
 def test_an_unknown_name_lists_the_known_ones(identifier):
-    with pytest.raises(ValueError, match=r"must be one of \['alibi', 'learned', 'sinusoidal'"):
+    with pytest.raises(ValueError, match=r"must be one of \['alibi', 'learned', 'relative', 'sinusoidal'"):
         position_schemes.get(identifier, sequence_length=4)
 
 
