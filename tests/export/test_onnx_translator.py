@@ -1,0 +1,77 @@
+"""The translator in ONNX Runtime: text in, text out, without Keras or TensorFlow.
+
+`export_onnx_translator` writes the decoding loop as one ONNX graph; the
+client (`onnx_translator.py`, copied beside it) tokenizes with
+`sentencepiece` and runs it in a fresh process that imports no Keras,
+TensorFlow or keras-attn. Its translations must equal
+`keras_attn.text.Translator`'s.
+"""
+
+import gzip
+import os
+import sys
+
+import keras
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("tf2onnx")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        keras.backend.backend() != "tensorflow",
+        reason="the decoding loop is converted by tf2onnx (TensorFlow backend)",
+    ),
+]
+
+from keras_attn.export.onnx_export import export_onnx_translator  # noqa: E402
+from keras_attn.models import Transformer  # noqa: E402
+from keras_attn.text import (  # noqa: E402
+    MULTI30K_DIR,  # noqa: E402
+    SubwordTokenizer,
+    Translator,
+)
+
+sys.path.insert(0, os.path.dirname(__file__))
+from onnx_client import translate_in_client  # noqa: E402
+
+README_SENTENCES = ["A dog runs.", "A dog is running on the beach.", ""]
+TEST_SENTENCES = 20  # of Multi30k's test_2016_flickr (all 103 agree: docs/serving.md)
+
+
+def multi30k_test_sentences(count):
+    path = os.path.join(MULTI30K_DIR, "test_2016_flickr.en.gz")
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        return [line.rstrip("\n") for _, line in zip(range(count), lines)]
+
+
+def test_shipped_preset_greedy_translations_equal_the_translator(tmp_path):
+    translator = Translator.from_preset("multi30k_en_de", strategy="greedy")
+    directory = export_onnx_translator(
+        translator.model, translator.tokenizer, tmp_path / "onnx", strategy="greedy"
+    )
+    sentences = README_SENTENCES + multi30k_test_sentences(TEST_SENTENCES)
+    served = translate_in_client(directory, sentences)
+    assert served["texts"] == translator.translate(sentences)
+    assert served["texts"][0] == "Ein Hund rennt."  # German, from ONNX Runtime
+    assert served["ids"] == translator.translate_ids(sentences)[0]
+
+
+def test_beam_search_ids_equal_the_translator(tmp_path):
+    # A random tiny model: the beams' ids still have to agree exactly.
+    keras.utils.set_random_seed(3)
+    tokenizer = SubwordTokenizer.train(
+        multi30k_test_sentences(200), vocabulary_size=120
+    )
+    model = Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
+    )
+    options = dict(beam_size=3, length_penalty_alpha=0.6)
+    directory = export_onnx_translator(
+        model, tokenizer, tmp_path / "onnx", strategy="beam", **options
+    )
+    sentences = README_SENTENCES + multi30k_test_sentences(5)
+    expected = Translator(model, tokenizer, strategy="beam", **options)
+    served = translate_in_client(directory, sentences)
+    assert served["ids"] == expected.translate_ids(sentences)[0]
+    assert served["texts"] == expected.translate(sentences)
