@@ -13,6 +13,10 @@ tokens continued by exactly 64 greedy tokens with a key/value cache:
 
 - keras-attn: `keras_attn.models.TransformerLM` and
   `keras_attn.generation.generate_lm` with a `GreedySampler`;
+- keras-attn with grouped-query heads (`--key-value-heads`, default `2,1`):
+  the same model with `num_key_value_heads` of 2 and 1 (multi-query), whose
+  key/value cache holds 4 and 8 times fewer heads; same work elsewhere
+  (the key and value projections shrink with the heads);
 - keras-hub: `keras_hub.layers.TokenAndPositionEmbedding` (tied),
   `keras_hub.layers.TransformerDecoder` blocks with their
   `self_attention_cache`, and `keras_hub.samplers.GreedySampler`, wired as
@@ -69,15 +73,30 @@ def parse_args(argv=None):
     )
     parser.add_argument("--runs", type=int, default=5, help="timed runs per side")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run")
+    parser.add_argument(
+        "--key-value-heads",
+        default="2,1",
+        help="comma-separated `num_key_value_heads` of extra keras-attn "
+        "sides (grouped-query, 1 = multi-query); '' for none",
+    )
     common.add_torch_threads_flag(parser)
     args = parser.parse_args(argv)
+    try:
+        args.key_value_heads = [
+            int(n) for n in args.key_value_heads.split(",") if n.strip()
+        ]
+    except ValueError:
+        parser.error(
+            "--key-value-heads must be comma-separated integers. "
+            f"Received: --key-value-heads={args.key_value_heads}"
+        )
     if args.runs < 1:
         parser.error(f"--runs must be >= 1. Received: --runs={args.runs}")
     common.check_torch_threads_flag(parser, args)
     return args
 
 
-def build_keras_attn(keras, shape):
+def build_keras_attn(keras, shape, num_key_value_heads=None):
     from keras_attn.generation import GreedySampler, generate_lm
     from keras_attn.models import TransformerLM
 
@@ -89,6 +108,7 @@ def build_keras_attn(keras, shape):
         intermediate_dim=shape["intermediate_dim"],
         dropout=0.0,
         max_sequence_length=shape["prompt_length"] + shape["new_tokens"],
+        num_key_value_heads=num_key_value_heads,
     )
     max_length = shape["prompt_length"] + shape["new_tokens"]
 
@@ -208,6 +228,10 @@ def main(argv=None):
         "keras-hub": build_keras_hub(keras, shape),
         "keras-attn": build_keras_attn(keras, shape),
     }
+    for heads in args.key_value_heads:
+        if heads > shape["num_heads"] or shape["num_heads"] % heads:
+            continue  # (the smoke sizes have 2 heads)
+        sides[f"kv heads {heads}"] = build_keras_attn(keras, shape, heads)
     max_length = shape["prompt_length"] + shape["new_tokens"]
     print(
         f"backend {args.backend} (keras {keras.__version__}); vocabulary "
@@ -226,11 +250,23 @@ def main(argv=None):
     }
     medians = common.interleaved_medians(functions, windows=runs, steps_per_window=1)
     output_tokens = shape["batch_size"] * shape["new_tokens"]
-    print(f"\n{'side':<12} {'median s':>10} {'tokens/s':>10}")
+    head_dim = shape["hidden_dim"] // shape["num_heads"]
+    print(f"\n{'side':<12} {'median s':>10} {'tokens/s':>10} {'cache MB':>9}")
     for name, seconds in medians.items():
-        print(f"{name:<12} {seconds:>10.3f} {output_tokens / seconds:>10.0f}")
+        heads = int(name.split()[-1]) if name.startswith("kv") else shape["num_heads"]
+        # keys and values, float32, every layer: what each step reads.
+        cache = 2 * 4 * shape["num_layers"] * shape["batch_size"] * max_length
+        cache_mb = cache * heads * head_dim / 1e6
+        print(
+            f"{name:<12} {seconds:>10.3f} {output_tokens / seconds:>10.0f} "
+            f"{cache_mb:>9.1f}"
+        )
     ratio = medians["keras-hub"] / medians["keras-attn"]
     print(f"\nkeras-attn speed / keras-hub speed: {ratio:.2f}x")
+    for name in medians:
+        if name.startswith("kv"):
+            gain = medians["keras-attn"] / medians[name]
+            print(f"{name} speed / full heads (keras-attn) speed: {gain:.2f}x")
     if torch_build:
         print(torch_build)
     print(common.load_line("at end"))

@@ -325,6 +325,12 @@ def parse_args(argv=None):
     common.add_torch_threads_flag(parser)
     parser.add_argument("--windows", type=int, default=None)
     parser.add_argument(
+        "--shape",
+        default=None,
+        help="one batch shape BATCHxLENGTH (e.g. 64x256) instead of the "
+        "config's list: a short run that fits a GPU lease",
+    )
+    parser.add_argument(
         "--torch-compile",
         action="store_true",
         help="torch only: jit_compile=True (torch.compile) instead of Keras's "
@@ -347,6 +353,22 @@ def resolve_config(args):
     for key in ("mode", "steps_per_execution", "peak_tflops", "windows"):
         if getattr(args, key) is not None:
             c[key] = getattr(args, key)
+    if args.shape is not None:
+        try:
+            batch_size, length = (int(n) for n in args.shape.lower().split("x"))
+        except ValueError:
+            raise SystemExit(
+                f"--shape must be BATCHxLENGTH, e.g. 64x256. Received: {args.shape}"
+            ) from None
+        c["shapes"] = [(batch_size, length)]
+    if args.backend == "torch" and c["steps_per_execution"] > 1:
+        # Keras's torch trainer runs one step per call (it refuses more).
+        print(
+            f"torch: steps_per_execution={c['steps_per_execution']} -> 1 "
+            "(Keras's torch trainer runs one step per call)",
+            flush=True,
+        )
+        c["steps_per_execution"] = 1
     if c["mode"] == "fit" and c["num_batches"] % c["steps_per_execution"]:
         # A last, shorter execution would time a second compiled program.
         c["num_batches"] += -c["num_batches"] % c["steps_per_execution"]
