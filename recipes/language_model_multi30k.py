@@ -3,6 +3,7 @@
     python recipes/language_model_multi30k.py            # the `lm_small` preset
     python recipes/language_model_multi30k.py --quick    # a tiny model (the tests)
     python recipes/language_model_multi30k.py --backend tensorflow --epochs 3
+    python recipes/language_model_multi30k.py --preset lm_modern_small  # rotary, GQA, RMS, SwiGLU
 
 A SentencePiece vocabulary is trained on the 29,000 English training
 captions (`keras_attn.text.SubwordTokenizer`); each caption becomes
@@ -18,6 +19,7 @@ cache. It writes into `--output-dir`: the tokenizer, `model.keras`,
 import argparse
 import dataclasses
 import math
+import sys
 import time
 
 from keras_attn_recipes.quiet_start import quiet_start
@@ -170,6 +172,13 @@ def parse_args(argv=None):
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_common_arguments(parser, "runs/lm_multi30k")
+    parser.add_argument(
+        "--preset",
+        default=None,
+        help="The TransformerLM preset architecture to train (default: the "
+        "setting's, `lm_small`; e.g. `lm_modern_small` for rotary positions, "
+        "grouped-query attention, RMS norm and SwiGLU at the same size).",
+    )
     return parser.parse_args(argv)
 
 
@@ -184,6 +193,13 @@ def main(argv=None):
     from keras_attn.training import MaskedAccuracy, MaskedSparseCategoricalCrossentropy
 
     config = resolve_config(SETTINGS, args)
+    if args.preset is not None:
+        if args.preset not in TransformerLM.presets:
+            sys.exit(
+                f"error: --preset must be one of {sorted(TransformerLM.presets)}. "
+                f"Received: --preset={args.preset}"
+            )
+        config = dataclasses.replace(config, preset=args.preset)
     output_dir = args.output_dir
     keras.utils.set_random_seed(config.seed)
 

@@ -3,8 +3,9 @@
 The contract of issue #23: a Keras or keras-hub user swaps an import and keeps
 their code. This script runs, unchanged, the test files of
 
-* Keras's `keras.layers.MultiHeadAttention`
-  (`keras/src/layers/attention/multi_head_attention_test.py`),
+* Keras's `keras.layers.MultiHeadAttention` and `GroupedQueryAttention`
+  (`keras/src/layers/attention/multi_head_attention_test.py`,
+  `grouped_query_attention_test.py`),
 * keras-hub's `TransformerEncoder` and `TransformerDecoder`
   (`keras_hub/src/layers/modeling/transformer_encoder_test.py`,
   `transformer_decoder_test.py`),
@@ -18,7 +19,7 @@ found in a directory you give (it fetches nothing: copy the files from the
 peers' repositories at the versions installed, Keras 3.15.1 and keras-hub
 0.32.0; never commit them here). Before pytest imports them, the peers'
 classes are replaced by `keras_attn.layers.MultiHeadAttention`,
-`TransformerEncoderBlock`, `TransformerDecoderBlock`, `RMSNormalization`,
+`GroupedQueryAttention`, `TransformerEncoderBlock`, `TransformerDecoderBlock`, `RMSNormalization`,
 `RotaryEmbedding` and `AlibiBias`; `--peer` runs them
 against the peers' own classes instead (the "before" column).
 
@@ -45,6 +46,11 @@ SUBSTITUTIONS = {
         "keras.src.layers",
         "MultiHeadAttention",
         "MultiHeadAttention",
+    ),
+    "grouped_query_attention_test.py": (
+        "keras.src.layers",
+        "GroupedQueryAttention",
+        "GroupedQueryAttention",
     ),
     "transformer_encoder_test.py": (
         "keras_hub.src.layers.modeling.transformer_encoder",
@@ -86,6 +92,7 @@ def substitute():
         module = importlib.import_module(module_name)
         setattr(module, peer_name, getattr(keras_attn.layers, our_name))
     keras.layers.MultiHeadAttention = keras_attn.layers.MultiHeadAttention
+    keras.layers.GroupQueryAttention = keras_attn.layers.GroupedQueryAttention
 
 
 class Tally:

@@ -6,6 +6,7 @@ from keras_attn.layers.attention_projection import AttentionProjection
 from keras_attn.layers.class_token import ClassToken
 from keras_attn.layers.fast_dropout import FastDropout, fast_dropout
 from keras_attn.layers.feed_forward import FeedForward
+from keras_attn.layers.grouped_query_attention import GroupedQueryAttention
 from keras_attn.layers.layer_norm import LayerNorm, layer_norm
 from keras_attn.layers.masking import causal_mask, merge_attention_masks
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
@@ -42,6 +43,7 @@ __all__ = [
     "ClassToken",
     "FastDropout",
     "FeedForward",
+    "GroupedQueryAttention",
     "LayerNorm",
     "MultiHeadAttention",
     "PaddingMask",

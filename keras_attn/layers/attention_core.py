@@ -16,6 +16,9 @@ window). Two ways to the same numbers:
   nor attention dropout are needed;
 - the explicit path below, which can return the weights.
 
+Keys and values may have fewer heads than the queries (grouped-query and
+multi-query attention, `keras_attn.layers.grouped_heads`).
+
 Masks are boolean, `True` meaning "may attend". A query row with no key to
 attend gets zero weights and a zero output, never NaN, in every dtype.
 """
@@ -29,6 +32,12 @@ from keras import ops
 from keras_attn.layers.fused_attention import (
     fused_dot_product_attention,
     fused_path_runs,
+)
+from keras_attn.layers.grouped_heads import (
+    check_grouped_heads,
+    grouped_scores,
+    grouped_weighted_values,
+    per_key_head,
 )
 from keras_attn.layers.masking import as_bool_mask, causal_mask
 
@@ -124,8 +133,12 @@ def _scores(query, key, scale):
     dtype = keras.backend.standardize_dtype(query.dtype)
     if dtype == "float16":
         query, key = ops.cast(query, "float32"), ops.cast(key, "float32")
-    # (batch, num_heads, query_length, key_length)
-    scores = ops.einsum("bqhd,bkhd->bhqk", query, key)
+    if key.shape[2] == query.shape[2]:
+        # (batch, num_heads, query_length, key_length)
+        scores = ops.einsum("bqhd,bkhd->bhqk", query, key)
+    else:
+        # (batch, num_heads, query_length, key_length), keys not repeated
+        scores = grouped_scores(query, key)
     if dtype == "bfloat16":
         scores = ops.cast(scores, "float32")
     return scores * scale
@@ -186,8 +199,11 @@ def compute_attention(
 
     Args:
         query: tensor `(batch, query_length, num_heads, key_dim)`.
-        key: tensor `(batch, key_length, num_heads, key_dim)`.
-        value: tensor `(batch, key_length, num_heads, value_dim)`.
+        key: tensor `(batch, key_length, key_heads, key_dim)`: `key_heads`
+            is `num_heads`, or divides it (grouped-query attention: query
+            head `h` attends with key head `h // (num_heads // key_heads)`;
+            the keys and values are not repeated on the explicit path).
+        value: tensor `(batch, key_length, key_heads, value_dim)`.
         mask: optional boolean tensor broadcastable to `(batch, num_heads,
             query_length, key_length)`, `True` where a query may attend a
             key; a 3-D `(batch, query_length, key_length)` mask applies to
@@ -236,6 +252,7 @@ def compute_attention(
             "attention is enabled. Please disable flash attention to access"
             " attention scores."
         )
+    check_grouped_heads(query, key, value)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     mask = _heads_mask(mask)
@@ -263,8 +280,8 @@ def compute_attention(
         # A masked key gets weight 0, but `0 * nan = nan`: the values at
         # keys no query attends are zeroed, so a NaN or infinity at a
         # padded position never reaches a real one.
-        # (batch, key_length, heads or 1, 1)
-        attended_keys = _heads_last(ops.any(mask, axis=-2))
+        # (batch, key_length, key_heads or 1, 1)
+        attended_keys = _heads_last(per_key_head(ops.any(mask, axis=-2), key.shape[2]))
         value = ops.where(attended_keys, value, ops.zeros_like(value))
     if fused:
         attended = _fused_attention(
@@ -280,6 +297,10 @@ def compute_attention(
     attention_weights = weights
     if use_dropout:
         weights = keras.random.dropout(weights, dropout_rate, seed=seed_generator)
-    # (batch, query_length, num_heads, value_dim)
-    attended = ops.einsum("bhqk,bkhd->bqhd", weights, value)
+    if value.shape[2] == weights.shape[1]:
+        # (batch, query_length, num_heads, value_dim)
+        attended = ops.einsum("bhqk,bkhd->bqhd", weights, value)
+    else:
+        # (batch, query_length, num_heads, value_dim), values not repeated
+        attended = grouped_weighted_values(weights, value)
     return attended, attention_weights if return_attention_scores else None

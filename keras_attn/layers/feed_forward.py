@@ -1,4 +1,5 @@
-"""Position-wise feed-forward network, section 3.3 of the paper."""
+"""Position-wise feed-forward network, section 3.3 of the paper, and its gated
+variants (Shazeer, 2020)."""
 
 import keras
 from keras import ops
@@ -7,15 +8,60 @@ from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.position_wise_dense import PositionwiseDense
 from keras_attn.validation import check_bool, check_positive_int, check_rate
 
+# The gated activations `FeedForward` takes by name, and the activation each
+# applies to its gate (Shazeer, "GLU Variants Improve Transformer", 2020).
+GATED_ACTIVATIONS = ("geglu", "swiglu", "reglu")
+_GATE_ACTIVATIONS = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
+
+
+def is_gated(activation):
+    """Whether `activation` names a gated activation (`GATED_ACTIVATIONS`)."""
+    return isinstance(activation, str) and activation in GATED_ACTIVATIONS
+
+
+def get_activation(activation):
+    """A gated activation's name as it is, any other as `keras.activations.get`.
+
+    Raises:
+        ValueError: `activation` is neither (naming the argument and value).
+    """
+    if is_gated(activation):
+        return activation
+    try:
+        return keras.activations.get(activation)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            "`activation` must name a Keras activation (e.g. 'relu', 'gelu'), "
+            f"a gated one ({', '.join(GATED_ACTIVATIONS)}) or be a callable. "
+            f"Received: activation={activation!r:.100}"
+        ) from error
+
+
+def serialize_activation(activation):
+    """The config entry of an activation from `get_activation`."""
+    if is_gated(activation):
+        return activation
+    return keras.activations.serialize(activation)
+
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class FeedForward(keras.layers.Layer):
     """`FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`, applied at every position.
 
+    With a gated activation (`"geglu"`, `"swiglu"` or `"reglu"`) the inner
+    layer is a gated linear unit, `FFN(x) = (act(x W_gate) * (x W_1)) W_2`
+    (biases added when `use_bias`), `act` being GELU (Keras's exact one,
+    `keras.activations.gelu`), SiLU (Swish) or ReLU: a third sub-layer
+    `gate_dense` (`W_gate`) carries the activation and `intermediate_dense`
+    (`W_1`) is linear, the names and roles of keras-hub's gated
+    feed-forward (and of Hugging Face's `gate_proj` and `up_proj`).
+
     Args:
         intermediate_dim: int, the inner dimension `d_ff` (2048 in the base
             model).
-        activation: activation of the inner layer. Defaults to `"relu"`.
+        activation: activation of the inner layer: a Keras activation (name
+            or callable) or the name of a gated one in `GATED_ACTIVATIONS`.
+            Defaults to `"relu"`.
         dropout: float in `[0, 1)`, dropout on the inner activations.
             Defaults to `0.0`.
         use_bias: bool. Defaults to `True`.
@@ -35,9 +81,14 @@ class FeedForward(keras.layers.Layer):
     >>> ffn = keras_attn.layers.FeedForward(intermediate_dim=32)
     >>> tuple(ffn(keras.ops.ones((2, 5, 8))).shape)
     (2, 5, 8)
+    >>> swiglu = keras_attn.layers.FeedForward(32, activation="swiglu")
+    >>> tuple(swiglu(keras.ops.ones((2, 5, 8))).shape)
+    (2, 5, 8)
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017, section 3.3.
+        Shazeer, "GLU Variants Improve Transformer", 2020,
+        https://arxiv.org/abs/2002.05202.
     """
 
     def __init__(
@@ -52,12 +103,18 @@ class FeedForward(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
-        self.activation = keras.activations.get(activation)
+        # A callable, or the name of a gated activation.
+        self.activation = get_activation(activation)
         self.dropout = check_rate(dropout, "dropout")
         self.use_bias = check_bool(use_bias, "use_bias")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
+
+    @property
+    def gated(self):
+        """Whether the inner layer is a gated linear unit."""
+        return is_gated(self.activation)
 
     def build(self, inputs_shape):
         dim = inputs_shape[-1]
@@ -70,13 +127,22 @@ class FeedForward(keras.layers.Layer):
         )
         self.intermediate_dense = PositionwiseDense(
             self.intermediate_dim,
-            activation=self.activation,
+            activation=None if self.gated else self.activation,
             name="intermediate_dense",
             **dense_args,
         )
+        self.intermediate_dense.build(inputs_shape)
+        self.gate_dense = None
+        if self.gated:
+            self.gate_dense = PositionwiseDense(
+                self.intermediate_dim,
+                activation=_GATE_ACTIVATIONS[self.activation],
+                name="gate_dense",
+                **dense_args,
+            )
+            self.gate_dense.build(inputs_shape)
         self.output_dense = PositionwiseDense(dim, name="output_dense", **dense_args)
         self.dropout_layer = FastDropout(self.dropout, dtype=self.dtype_policy)
-        self.intermediate_dense.build(inputs_shape)
         self.output_dense.build((*inputs_shape[:-1], self.intermediate_dim))
         self.built = True
 
@@ -85,6 +151,8 @@ class FeedForward(keras.layers.Layer):
         # XLA compiles to a cheaper backward pass (see `last_axis_matmul`).
         flat = ops.reshape(inputs, (-1, inputs.shape[-1]))  # (batch * length, dim)
         hidden = self.intermediate_dense(flat)  # (batch * length, d_ff)
+        if self.gated:
+            hidden = self.gate_dense(flat) * hidden  # (batch * length, d_ff)
         hidden = self.dropout_layer(hidden, training=training)
         outputs = self.output_dense(hidden)  # (batch * length, dim)
         return ops.reshape(outputs, ops.shape(inputs))  # (batch, length, dim)
@@ -97,7 +165,7 @@ class FeedForward(keras.layers.Layer):
         config.update(
             {
                 "intermediate_dim": self.intermediate_dim,
-                "activation": keras.activations.serialize(self.activation),
+                "activation": serialize_activation(self.activation),
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(

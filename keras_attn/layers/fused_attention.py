@@ -27,10 +27,20 @@ What reaches which kernel:
   bias).
 - Everything else (float32, CPU, TensorFlow, shapes cuDNN does not take):
   XLA's (or TensorFlow's) own dot-product attention.
+
+Keys and values with fewer heads than the queries (grouped-query attention)
+go to the kernel as they are where Keras's kernel takes them: JAX's
+(`jax.nn.dot_product_attention` groups the queries, on XLA and cuDNN),
+torch's (Keras repeats the heads, or broadcasts a single one), and
+TensorFlow's with more than one key/value head (Keras repeats them).
+Keras's TensorFlow kernel fails on a single key/value head (multi-query
+attention): there the head is repeated before the call.
 """
 
 import keras
 from keras import ops
+
+from keras_attn.layers.grouped_heads import repeat_key_value_heads
 
 # cuDNN's flash attention takes half precision only.
 CUDNN_DTYPES = ("float16", "bfloat16")
@@ -134,8 +144,9 @@ def fused_dot_product_attention(
 
     Args:
         query: `(batch, query_length, num_heads, head_dim)`.
-        key: `(batch, key_length, num_heads, head_dim)`.
-        value: `(batch, key_length, num_heads, head_dim)`.
+        key: `(batch, key_length, key_heads, head_dim)`, `key_heads`
+            dividing `num_heads`.
+        value: `(batch, key_length, key_heads, head_dim)`.
         mask: optional boolean `(batch, num_heads or 1, query_length,
             key_length)` (or a shape that broadcasts to it), `True` where
             a query may attend a key. Defaults to `None`.
@@ -164,6 +175,9 @@ def fused_dot_product_attention(
         mask = ops.broadcast_to(
             mask, (batch_size, ops.shape(mask)[1], query_length, key_length)
         )
+    if kernel_repeats_single_key_head(query.shape[2], key.shape[2]):
+        # (batch, key_length, num_heads, head_dim)
+        key, value = repeat_key_value_heads(key, value, query.shape[2])
     dtype = query.dtype
     in_float32 = has_mask and _mask_bias_too_small(dtype)
     if in_float32:
@@ -192,6 +206,17 @@ def fused_dot_product_attention(
     if in_float32:
         attended = ops.cast(attended, dtype)
     return attended
+
+
+def kernel_repeats_single_key_head(num_heads, key_heads, backend=None):
+    """Whether a single key/value head must be repeated before the kernel.
+
+    Keras's TensorFlow `dot_product_attention` repeats key/value heads for
+    grouped-query attention only when there are more than one, then fails
+    on a single one (its einsum wants as many heads as the queries).
+    """
+    backend = backend or keras.backend.backend()
+    return backend == "tensorflow" and key_heads == 1 and num_heads != 1
 
 
 # The masked entries of a mask folded into a bias: finite (a fully masked

@@ -80,8 +80,9 @@ class LayerNorm(keras.layers.LayerNormalization):
     own norms (`output_norm`, `embedding_norm`) stay Keras's layer: a
     functional model saves its layers' weights under names derived from
     their classes, and the shipped presets were saved with Keras's. Arguments
-    beyond the plain case (another `axis`, `rms_scaling`, `center` or
-    `scale` off) fall back to Keras's own computation, and so does the
+    beyond the plain case (another `axis`, `rms_scaling`, `scale` off)
+    fall back to Keras's own computation (`center=False`, no `beta`, keeps
+    the written-out gradient with a zero offset), and so does the
     torch backend: eager torch fuses nothing, so the written-out gradient
     there is about 25 aten operations per norm (forward and backward) where
     Keras's computation is torch's own `layer_norm` kernel and its gradient
@@ -101,7 +102,6 @@ class LayerNorm(keras.layers.LayerNormalization):
         plain = (
             len(self.axis) == 1
             and self.axis[0] in last_axis
-            and self.center
             and self.scale
             and not self.rms_scaling
         )
@@ -112,10 +112,8 @@ class LayerNorm(keras.layers.LayerNormalization):
         # Read as float32 tensors (the cast reads the variable): TensorFlow's
         # custom gradient would otherwise ask for the variables' gradients
         # separately (`ops.convert_to_tensor` keeps a variable as it is).
-        outputs = layer_norm(
-            inputs,
-            ops.cast(self.gamma, "float32"),
-            ops.cast(self.beta, "float32"),
-            epsilon=self.epsilon,
-        )
+        gamma = ops.cast(self.gamma, "float32")
+        # `center=False` (the blocks' `use_bias=False`): no `beta`, a zero offset.
+        beta = ops.cast(self.beta, "float32") if self.center else ops.zeros_like(gamma)
+        outputs = layer_norm(inputs, gamma, beta, epsilon=self.epsilon)
         return ops.cast(outputs, self.compute_dtype)

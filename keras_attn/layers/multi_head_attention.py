@@ -21,8 +21,18 @@ from keras_attn.layers.attention_axes import (
 from keras_attn.layers.attention_core import as_attention_bias, compute_attention
 from keras_attn.layers.attention_projection import AttentionProjection
 from keras_attn.layers.masking import as_bool_mask, merge_attention_masks
+from keras_attn.layers.masks_over_axes import masks_to_sequence
+from keras_attn.layers.multi_head_attention_names import MultiHeadAttentionNames
+from keras_attn.layers.query_key_heads import (
+    HeadRotation,
+    check_num_key_value_heads,
+    check_rotation_rank,
+    head_norm,
+    transform_heads,
+)
 from keras_attn.validation import (
     check_bool,
+    check_float,
     check_float_dtype,
     check_rate,
     check_seed,
@@ -36,7 +46,7 @@ def _clone(initializer):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class MultiHeadAttention(keras.layers.Layer):
+class MultiHeadAttention(MultiHeadAttentionNames, keras.layers.Layer):
     """Multi-head attention: `Concat(head_1, ..., head_h) W^O`.
 
     Each head is `Attention(Q W_i^Q, K W_i^K, V W_i^V)` (equation (1) of the
@@ -108,6 +118,23 @@ class MultiHeadAttention(keras.layers.Layer):
             2025). Defaults to `False`.
         seed: int, seed of the attention dropout; no seed generator exists
             when `dropout=0`. Defaults to `None`.
+        num_key_value_heads: int dividing `num_heads`, the number of key
+            and value heads (grouped-query attention, Ainslie et al., 2023;
+            `1` is multi-query attention): query head `h` attends with
+            key/value head `h // (num_heads // num_key_value_heads)`.
+            Defaults to `None`, meaning `num_heads`.
+        qk_norm: bool, whether to RMS-normalize each projected query and
+            key head (sub-layers `query_norm` and `key_norm`, one scale per
+            feature shared by the heads), before any rotation. Defaults to
+            `False`.
+        qk_norm_epsilon: float, QK-norm's epsilon. Defaults to `1e-6`.
+        rotary_max_wavelength: float, rotate queries and keys by their
+            positions (RoPE, `keras_attn.layers.apply_rotary`) with this
+            base; sequence inputs only. Defaults to `None` (no rotation).
+        rotary_scaling_factor: float, linear position interpolation of the
+            rotation. Defaults to `1.0`.
+        rotary_dim: even int `<= key_dim`, the number of features rotated
+            (partial rotary). Defaults to `None`, meaning all of `key_dim`.
         output_dim: deprecated alias of `output_shape` (an int).
         use_fused_attention: deprecated: `use_fused_attention=False` is
             `flash_attention=False`, `True` is `flash_attention=None`.
@@ -173,6 +200,12 @@ class MultiHeadAttention(keras.layers.Layer):
         bias_constraint=None,
         use_gate=False,
         seed=None,
+        num_key_value_heads=None,
+        qk_norm=False,
+        qk_norm_epsilon=1e-6,
+        rotary_max_wavelength=None,
+        rotary_scaling_factor=1.0,
+        rotary_dim=None,
         output_dim=None,
         use_fused_attention=None,
         **kwargs,
@@ -180,6 +213,22 @@ class MultiHeadAttention(keras.layers.Layer):
         num_heads = check_head_dim(num_heads, "num_heads")
         key_dim = check_head_dim(key_dim, "key_dim")
         value_dim = check_head_dim(value_dim, "value_dim", allow_none=True)
+        self._key_value_heads_argument = num_key_value_heads
+        self._num_key_value_heads = check_num_key_value_heads(
+            num_key_value_heads, num_heads
+        )
+        self._qk_norm = check_bool(qk_norm, "qk_norm")
+        self._qk_norm_epsilon = check_float(
+            qk_norm_epsilon, "qk_norm_epsilon", min_value=0.0
+        )
+        self._rotation = HeadRotation.from_arguments(
+            rotary_max_wavelength, rotary_scaling_factor, rotary_dim, key_dim
+        )
+        self._rotary_arguments = (
+            rotary_max_wavelength,
+            rotary_scaling_factor,
+            rotary_dim,
+        )
         check_float_dtype(kwargs.get("dtype"), "dtype")
         super().__init__(**kwargs)
         self.supports_masking = True
@@ -212,81 +261,9 @@ class MultiHeadAttention(keras.layers.Layer):
             keras.random.SeedGenerator(seed) if self._dropout > 0.0 else None
         )
         self._layout = None
-
-    # --- Keras's read-only names -------------------------------------------
-
-    @property
-    def num_heads(self):
-        return self._num_heads
-
-    @property
-    def key_dim(self):
-        return self._key_dim
-
-    @property
-    def value_dim(self):
-        return self._value_dim
-
-    @property
-    def dropout(self):
-        return self._dropout
-
-    @property
-    def use_bias(self):
-        return self._use_bias
-
-    @property
-    def use_gate(self):
-        return self._use_gate
-
-    @property
-    def attention_axes(self):
-        return self._attention_axes
-
-    @property
-    def sliding_window(self):
-        return self._sliding_window
-
-    @property
-    def flash_attention(self):
-        return self._flash_attention
-
-    @property
-    def output_dim(self):
-        """Deprecated: the last entry of `output_shape` (`None` if unset)."""
-        return None if self._output_shape is None else self._output_shape[-1]
-
-    @property
-    def use_fused_attention(self):
-        """Deprecated: whether the fused kernel may run (`flash_attention`)."""
-        return self._flash_attention is not False
-
-    # The sub-layers are held as `_query_dense` etc. (Keras's names, which
-    # code written for Keras's layer reaches for) and saved under these
-    # public names: Keras's saving visits public attributes first, so the
-    # weights' paths in `.keras` and `.weights.h5` files stay
-    # `query_dense/...`, as in Keras's own layer and earlier keras-attn.
-
-    @property
-    def query_dense(self):
-        return self._query_dense
-
-    @property
-    def key_dense(self):
-        return self._key_dense
-
-    @property
-    def value_dense(self):
-        return self._value_dense
-
-    @property
-    def output_dense(self):
-        return self._output_dense
-
-    @property
-    def gate_dense(self):
-        """The gate projection, or `None` without `use_gate`."""
-        return getattr(self, "_gate_dense", None)
+        # QK-norm's sub-layers, built with the projections.
+        self.query_norm = None
+        self.key_norm = None
 
     # --- Building ------------------------------------------------------------
 
@@ -316,20 +293,21 @@ class MultiHeadAttention(keras.layers.Layer):
         key_shape = value_shape if key_shape is None else key_shape
         check_input_shapes(query_shape, value_shape, key_shape)
         rank = len(query_shape)
+        check_rotation_rank(self._rotation, rank)
         axes = normalize_attention_axes(self._attention_axes, rank)
         # Sequence attention keeps the projections' 2-D fast path and needs
         # no layout change; every other case goes through `AxesLayout`.
         self._layout = None if rank == 3 else AxesLayout(rank, axes)
         output_shape = self._output_shape or (query_shape[-1],)
         positions = (None,) * (rank - 2)
-        heads = self._num_heads
+        heads, key_heads = self._num_heads, self._num_key_value_heads
         to_heads, head_bias = projection_equation(rank - 1, 1, 2)
         self._query_dense = self._projection(
             to_heads, (*positions, heads, self._key_dim), head_bias, "query"
         )
         self._query_dense.build(query_shape)
         self._key_dense = self._projection(
-            to_heads, (*positions, heads, self._key_dim), head_bias, "key"
+            to_heads, (*positions, key_heads, self._key_dim), head_bias, "key"
         )
         self._key_dense.build(key_shape)
         if self._use_gate:
@@ -342,7 +320,7 @@ class MultiHeadAttention(keras.layers.Layer):
             )
             self._gate_dense.build(query_shape)
         self._value_dense = self._projection(
-            to_heads, (*positions, heads, self._value_dim), head_bias, "value"
+            to_heads, (*positions, key_heads, self._value_dim), head_bias, "value"
         )
         self._value_dense.build(value_shape)
         from_heads, output_bias = projection_equation(rank - 1, 2, len(output_shape))
@@ -350,6 +328,12 @@ class MultiHeadAttention(keras.layers.Layer):
             from_heads, (*positions, *output_shape), output_bias, "attention_output"
         )
         self._output_dense.build((*query_shape[:-1], heads, self._value_dim))
+        if self._qk_norm:
+            epsilon, dtype = self._qk_norm_epsilon, self.dtype_policy
+            self.query_norm = head_norm(epsilon, dtype, "query_norm")
+            self.query_norm.build((*query_shape[:-1], heads, self._key_dim))
+            self.key_norm = head_norm(epsilon, dtype, "key_norm")
+            self.key_norm.build((*key_shape[:-1], key_heads, self._key_dim))
         self.built = True
 
     # --- Attention -----------------------------------------------------------
@@ -375,9 +359,10 @@ class MultiHeadAttention(keras.layers.Layer):
         Args:
             query: projected queries `(batch, query_length, num_heads,
                 key_dim)`.
-            key: projected keys `(batch, key_length, num_heads, key_dim)`.
-            value: projected values `(batch, key_length, num_heads,
-                value_dim)`.
+            key: projected keys `(batch, key_length, num_key_value_heads,
+                key_dim)`.
+            value: projected values `(batch, key_length,
+                num_key_value_heads, value_dim)`.
             attention_mask: optional boolean mask `(batch, query_length,
                 key_length)` or `(batch, num_heads, query_length,
                 key_length)` (or a shape that broadcasts to it).
@@ -466,21 +451,36 @@ class MultiHeadAttention(keras.layers.Layer):
             return output, scores
         return output
 
-    def compute_key_value(self, value, key=None):
+    def _queries(self, query, start_index=0):
+        """`query` projected, normalized and rotated from `start_index`:
+        `(batch, query_length, num_heads, key_dim)`."""
+        queries = self._query_dense(query)
+        return transform_heads(queries, self.query_norm, self._rotation, start_index)
+
+    def compute_key_value(self, value, key=None, start_index=0):
         """Projects keys and values into heads (the cacheable half of a call).
+
+        Keys are normalized (`qk_norm`) and rotated (rotary positions) here,
+        so a cache stores them ready to attend.
 
         Args:
             value: tensor `(batch, key_length, value_features)`.
             key: optional tensor `(batch, key_length, key_features)`.
                 Defaults to `value`.
+            start_index: int or scalar int tensor, the position of the first
+                key (the cache index), for rotary positions. Defaults to `0`.
 
         Returns:
-            `(keys, values)` of shapes `(batch, key_length, num_heads,
-            key_dim)` and `(batch, key_length, num_heads, value_dim)`.
+            `(keys, values)` of shapes `(batch, key_length,
+            num_key_value_heads, key_dim)` and `(batch, key_length,
+            num_key_value_heads, value_dim)`.
         """
         key = value if key is None else key
         check_key_value_shapes(value.shape, key.shape)
-        return self._key_dense(key), self._value_dense(value)
+        keys = transform_heads(
+            self._key_dense(key), self.key_norm, self._rotation, start_index
+        )
+        return keys, self._value_dense(value)
 
     def call_with_key_value(
         self,
@@ -491,6 +491,7 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_bias=None,
         return_attention_scores=False,
         training=None,
+        start_index=0,
     ):
         """Attends from `query` to keys and values already projected.
 
@@ -502,8 +503,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
         Args:
             query: tensor `(batch, query_length, query_dim)`.
-            keys: tensor `(batch, key_length, num_heads, key_dim)`.
-            values: tensor `(batch, key_length, num_heads, value_dim)`.
+            keys: tensor `(batch, key_length, num_key_value_heads,
+                key_dim)`.
+            values: tensor `(batch, key_length, num_key_value_heads,
+                value_dim)`.
             attention_mask: optional boolean
                 `(batch, query_length, key_length)` or
                 `(batch, num_heads, query_length, key_length)`.
@@ -512,6 +515,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 `None`.
             return_attention_scores: bool. Defaults to `False`.
             training: bool, whether dropout is active. Defaults to `None`.
+            start_index: int or scalar int tensor, the position of the first
+                query (the cache index), for rotary positions. Defaults to
+                `0`.
 
         Returns:
             As `call`.
@@ -525,7 +531,7 @@ class MultiHeadAttention(keras.layers.Layer):
         mask = as_bool_mask(attention_mask, "attention_mask")
         bias = self._sequence_bias(attention_bias, query, keys)
         # (batch, query_length, num_heads, key_dim)
-        queries = self._query_dense(query)
+        queries = self._queries(query, start_index)
         attended, scores = self._call_compute_attention(
             queries, keys, values, mask, bias, training, return_attention_scores
         )
@@ -582,7 +588,7 @@ class MultiHeadAttention(keras.layers.Layer):
         bias = self._sequence_bias(attention_bias, query, key)
         keys, values = self.compute_key_value(value, key)
         # (batch, query_length, num_heads, key_dim)
-        queries = self._query_dense(query)
+        queries = self._queries(query)
         attended, scores = self._call_compute_attention(
             queries,
             keys,
@@ -615,36 +621,15 @@ class MultiHeadAttention(keras.layers.Layer):
         (with one attention axis: along that axis).
         """
         layout = self._layout
-        # (batch, ..., num_heads, dim)
-        queries = self._query_dense(query)
-        keys = self._key_dense(key)
+        # (batch, ..., heads, dim)
+        queries = transform_heads(self._query_dense(query), self.query_norm)
+        keys = transform_heads(self._key_dense(key), self.key_norm)
         values = self._value_dense(value)
-        # (batch', length, num_heads, dim)
+        # (batch', length, heads, dim)
         sequence = [layout.to_sequence(x) for x in (queries, keys, values)]
-        for name, projected in (
-            ("query_mask", queries),
-            ("value_mask", keys),
-            ("key_mask", keys),
-        ):
-            padding = as_bool_mask(masks[name], name)
-            if padding is not None:
-                # (batch', length)
-                masks[name] = layout.padding_to_sequence(padding, projected, name)
-        attention_mask = as_bool_mask(masks["attention_mask"], "attention_mask")
-        if attention_mask is not None:
-            # (batch', query_length, key_length)
-            masks["attention_mask"] = layout.mask_to_sequence(
-                attention_mask, queries, keys
-            )
-        mask = merge_attention_masks(sequence[0], sequence[1], **masks)
-        bias = as_attention_bias(
-            attention_bias,
-            "attention_bias",
-            layout.scores_shape(query.shape, key.shape, self._num_heads),
+        mask, bias = masks_to_sequence(
+            layout, masks, attention_bias, (queries, keys), sequence[:2]
         )
-        if bias is not None:
-            # (batch', num_heads, query_length, key_length)
-            bias = layout.scores_to_sequence(bias, queries, keys)
         attended, scores = self._call_compute_attention(
             *sequence,
             mask,
@@ -736,6 +721,24 @@ class MultiHeadAttention(keras.layers.Layer):
                 "bias_constraint": keras.constraints.serialize(self._bias_constraint),
                 "use_gate": self._use_gate,
                 "seed": self.seed,
+            }
+        )
+        # The variants' arguments are written only when set: a default
+        # layer's config stays the one `keras.layers.MultiHeadAttention`
+        # reads, and the one files saved before them hold.
+        variants = {
+            "num_key_value_heads": (self._key_value_heads_argument, None),
+            "qk_norm": (self._qk_norm, False),
+            "qk_norm_epsilon": (self._qk_norm_epsilon, 1e-6),
+            "rotary_max_wavelength": (self._rotary_arguments[0], None),
+            "rotary_scaling_factor": (self._rotary_arguments[1], 1.0),
+            "rotary_dim": (self._rotary_arguments[2], None),
+        }
+        config.update(
+            {
+                name: value
+                for name, (value, default) in variants.items()
+                if value != default
             }
         )
         return config

@@ -11,6 +11,7 @@ queries and keys. A model does not compare names: it asks its scheme.
 | add vectors to the embeddings? | `adds_to_embeddings`, and `position_layer()` builds the layer that gives them |
 | bias the attention scores? | `biases_attention_scores`, and `attention_bias(query_length, key_length, query_offset=0)`: a float bias broadcastable to `(batch, heads, query, key)` (`None` without one); `attention_bias_layer()` computes it in a model |
 | rotate queries and keys? | `rotates_queries_and_keys` (`None`: no rotation) |
+| what do the blocks need? | `block_arguments()`: keyword arguments of every block (the rotation's, for a rotary scheme) |
 | how long may a sequence be? | `max_length` (`None`: no limit) |
 | what at a cache index `i`? | the embedding at `start_index=i`, and the bias of the new positions against the cache, `attention_bias(new_length, cache_length, query_offset=i)` |
 
@@ -18,12 +19,15 @@ queries and keys. A model does not compare names: it asks its scheme.
 (`position="learned"`) are the first two, `AlibiPositions`
 (`position="alibi"`) the first that biases the scores and
 `RelativePositions` (`position="relative"`, T5) the first whose bias has
-weights (its own `attention_bias_layer`, `RelativeBias`); models and
-`keras_attn.layers.TokenAndPositionEmbedding` choose one by its name with
-`get`. A new scheme is one class here, registered with `@register`. The
-models pass a scheme's bias to every block (`attention_bias=` of an
-encoder block, `self_attention_bias=` of a decoder block), and nothing at
-all for the schemes that add to the embeddings, at no cost.
+weights (its own `attention_bias_layer`, `RelativeBias`), and
+`RotaryPositions` (`position="rotary"`, RoPE) the first that rotates the
+queries and keys; models and `keras_attn.layers.TokenAndPositionEmbedding`
+choose one by its name with `get`. A new scheme is one class here,
+registered with `@register`. The models pass a scheme's bias to every
+block (`attention_bias=` of an encoder block, `self_attention_bias=` of a
+decoder block), build every block with the scheme's `block_arguments()`,
+and pass nothing at all for the schemes that add to the embeddings, at no
+cost.
 """
 
 import dataclasses
@@ -70,12 +74,13 @@ def get(identifier, sequence_length=None, num_heads=None):
 
     Args:
         identifier: a scheme's name (`"sinusoidal"`, `"learned"`,
-            `"alibi"`, `"relative"`) or a `PositionScheme`, returned as it
-            is.
+            `"alibi"`, `"relative"`, `"rotary"`) or a `PositionScheme`,
+            returned as it is.
         sequence_length: int, the model's longest sequence (the number of
             learned positions). Defaults to `None`.
         num_heads: int, the model's attention heads (for schemes with a
-            bias per head). Defaults to `None`.
+            bias per head, and rotary's check of the head size). Defaults
+            to `None`.
 
     Returns:
         A `PositionScheme`.
@@ -119,7 +124,9 @@ class PositionScheme:
             whose output is added to the token embeddings.
         biases_attention_scores: bool, whether `attention_bias` gives a
             bias (then a model builds `attention_bias_layer`s).
-        rotates_queries_and_keys: `None`; reserved for rotary schemes.
+        rotates_queries_and_keys: `None`, or `True` for a scheme whose
+            blocks rotate the queries and keys of their self-attention
+            (how: `block_arguments()`).
     """
 
     name: typing.ClassVar[str] = None
@@ -153,6 +160,18 @@ class PositionScheme:
             name: str, the argument's public name (for the message).
         """
         return embedding_dim
+
+    def block_arguments(self):
+        """Keyword arguments for every block of a model with this scheme.
+
+        A model passes them to the constructor of each
+        `TransformerEncoderBlock` and `TransformerDecoderBlock` it builds.
+
+        Returns:
+            A dict, `{}` for a scheme that acts outside the blocks'
+            constructors (embeddings, score biases).
+        """
+        return {}
 
     def position_layer(self, dtype=None):
         """The layer whose output `(batch, length, dim)` is added to the
@@ -450,6 +469,83 @@ class RelativePositions(PositionScheme):
         )
 
 
+@register
+@dataclasses.dataclass(frozen=True)
+class RotaryPositions(PositionScheme):
+    """RoPE: the queries and keys of self-attention rotated by position.
+
+    No position embedding and no score bias: each block's self-attention
+    rotates its projected queries and keys, pairs of features `(x[i],
+    x[i + d/2])` of a head by the angle `position * max_wavelength **
+    (-2i / d)` (`keras_attn.layers.apply_rotary`), so that a query-key dot
+    product depends only on their distance. Cross-attention is not
+    rotated. The scheme gives the blocks their rotation arguments
+    (`block_arguments()`); a decoder's cached step rotates at the cache
+    index. No length is fixed: nothing is learned per position, so a model
+    trained short runs on longer sequences (how well it does there is
+    another matter; `scaling_factor` is linear position interpolation).
+
+    Args:
+        num_heads: int, the model's attention heads: each head's features
+            (`hidden_dim / num_heads`) rotate in pairs, so their number
+            must be even. Defaults to `None`: a scheme that adds nothing to
+            the embeddings, for `keras_attn.layers.TokenAndPositionEmbedding`,
+            which has no heads (and no check).
+        max_wavelength: float, the base of the wavelengths. Defaults to
+            `10000`.
+        scaling_factor: float `s`, positions are divided by `s` (Chen et
+            al., 2023). Defaults to `1.0` (no scaling).
+
+    Example:
+
+    >>> scheme = keras_attn.layers.position_schemes.get("rotary", num_heads=4)
+    >>> scheme.adds_to_embeddings, scheme.rotates_queries_and_keys, scheme.max_length
+    (False, True, None)
+    >>> scheme.block_arguments()
+    {'rotary_max_wavelength': 10000.0}
+    >>> scheme.check_embedding_dim(64, "hidden_dim")  # 16 features a head
+    64
+
+    References:
+        Su et al., "RoFormer: Enhanced Transformer with Rotary Position
+        Embedding", 2021, https://arxiv.org/abs/2104.09864.
+    """
+
+    name: typing.ClassVar[str] = "rotary"
+    rotates_queries_and_keys: typing.ClassVar[object] = True
+
+    num_heads: int = None
+    max_wavelength: float = 10000.0
+    scaling_factor: float = 1.0
+
+    def __post_init__(self):
+        check_positive_int(self.num_heads, "num_heads", allow_none=True)
+        check_positive_float(self.max_wavelength, "max_wavelength")
+        check_positive_float(self.scaling_factor, "scaling_factor")
+
+    @classmethod
+    def for_model(cls, sequence_length=None, num_heads=None):
+        return cls(num_heads)
+
+    def check_embedding_dim(self, embedding_dim, name):
+        if self.num_heads is None:  # No heads, nothing rotated here.
+            return embedding_dim
+        if embedding_dim % self.num_heads or (embedding_dim // self.num_heads) % 2:
+            raise ValueError(
+                f"`{name}` / `num_heads` (the features of a head) must be an "
+                "even integer with rotary positions (features rotate in "
+                f"pairs). Received: {name}={embedding_dim}, "
+                f"num_heads={self.num_heads}, position='rotary'"
+            )
+        return embedding_dim
+
+    def block_arguments(self):
+        arguments = {"rotary_max_wavelength": float(self.max_wavelength)}
+        if self.scaling_factor != 1.0:
+            arguments["rotary_scaling_factor"] = float(self.scaling_factor)
+        return arguments
+
+
 class PositionBias(keras.layers.Layer):
     """A position scheme's attention bias, as a layer of a model.
 
@@ -490,6 +586,16 @@ class PositionBias(keras.layers.Layer):
         )
 
 
+# `RelativePositionBias`'s arguments, the config of a `RelativeBias`.
+_RELATIVE_BIAS_ARGUMENTS = (
+    "num_heads",
+    "num_buckets",
+    "max_distance",
+    "bidirectional",
+    "embeddings_initializer",
+)
+
+
 @keras.saving.register_keras_serializable(package="keras_attn")
 class RelativeBias(keras.layers.Layer):
     """T5's relative position bias, as a model's bias layer of one stack.
@@ -499,7 +605,8 @@ class RelativeBias(keras.layers.Layer):
     `(num_buckets, num_heads)`, saved under this layer's
     `relative_position_bias`) called with sequences, as a model calls a
     `PositionBias`. A model calls it once per stack and hands the bias to
-    every block, as T5 computes it in the first layer and shares it.
+    every block, as T5 computes it in the first layer and shares it. The
+    arguments are `RelativePositionBias`'s, checked and held by it.
 
     Args:
         num_heads: int, the number of attention heads.
@@ -534,24 +641,38 @@ class RelativeBias(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.num_heads = check_positive_int(num_heads, "num_heads")
-        self.bidirectional, self.num_buckets, self.max_distance = (
-            check_bucket_arguments(bidirectional, num_buckets, max_distance)
-        )
-        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        # `RelativePositionBias` makes its weight when constructed: made in
+        # this layer's name scope, so that the weight's path names its
+        # stack (`encoder_position_bias/relative_position_bias/embeddings`).
+        with keras.name_scope(self.name):
+            self.relative_position_bias = RelativePositionBias(
+                num_heads,
+                num_buckets=num_buckets,
+                max_distance=max_distance,
+                bidirectional=bidirectional,
+                embeddings_initializer=embeddings_initializer,
+                dtype=self.dtype_policy,
+                name="relative_position_bias",
+            )
+
+    @property
+    def num_heads(self):
+        return self.relative_position_bias.num_heads
+
+    @property
+    def num_buckets(self):
+        return self.relative_position_bias.num_buckets
+
+    @property
+    def max_distance(self):
+        return self.relative_position_bias.max_distance
+
+    @property
+    def bidirectional(self):
+        return self.relative_position_bias.bidirectional
 
     def build(self, query_sequence_shape, key_sequence_shape=None):
-        # Made here, in this layer's name scope, so that the weight's path
-        # names its stack: `encoder_position_bias/relative_position_bias/...`.
-        self.relative_position_bias = RelativePositionBias(
-            self.num_heads,
-            num_buckets=self.num_buckets,
-            max_distance=self.max_distance,
-            bidirectional=self.bidirectional,
-            embeddings_initializer=self.embeddings_initializer,
-            dtype=self.dtype_policy,
-            name="relative_position_bias",
-        )
+        # The bias layer holds the weight since it was made.
         self.built = True
 
     def call(self, query_sequence, key_sequence=None, query_offset=0):
@@ -566,15 +687,6 @@ class RelativeBias(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "num_buckets": self.num_buckets,
-                "max_distance": self.max_distance,
-                "bidirectional": self.bidirectional,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
-            }
-        )
+        bias_config = self.relative_position_bias.get_config()
+        config.update({name: bias_config[name] for name in _RELATIVE_BIAS_ARGUMENTS})
         return config

@@ -29,15 +29,15 @@ def write_stacked_cache(cache, index, keys, values):
     """A stacked `cache` with the new keys and values written at `index`.
 
     Args:
-        cache: `(batch, 2, max_length, num_heads, head_dim)`, keys at
+        cache: `(batch, 2, max_length, kv_heads, head_dim)`, keys at
             `[:, 0]`, values at `[:, 1]`.
         index: int or scalar int tensor, the slot of the first new position.
-        keys, values: `(batch, new_length, num_heads, head_dim)` each.
+        keys, values: `(batch, new_length, kv_heads, head_dim)` each.
 
     Returns:
         The updated stacked cache.
     """
-    # (batch, 2, new_length, num_heads, head_dim)
+    # (batch, 2, new_length, kv_heads, head_dim)
     update = ops.cast(ops.stack((keys, values), axis=1), cache.dtype)
     return ops.slice_update(cache, (0, 0, index, 0, 0), update)
 
@@ -45,8 +45,9 @@ def write_stacked_cache(cache, index, keys, values):
 class StackedDecoderCacheMixin:
     """keras-hub's cache call for `TransformerDecoderBlock`.
 
-    keras-hub stacks a cache in one `(batch, 2, length, num_heads,
-    head_dim)` tensor (keys at `[:, 0]`, values at `[:, 1]`) and gives it
+    keras-hub stacks a cache in one `(batch, 2, length, kv_heads,
+    head_dim)` tensor (keys at `[:, 0]`, values at `[:, 1]`; `kv_heads`
+    is the block's `num_key_value_heads`) and gives it
     with an update index; an index of `None` reads the cache without writing
     it (`cross_attention_cache_update_index=0` fills the cross-attention
     cache from `encoder_sequence`). The block's `call` hands these arguments
@@ -126,7 +127,7 @@ class StackedDecoderCacheMixin:
         self._check_stacked_caches(stacked_caches, return_attention_scores)
         self_cache, self_index, cross_cache, cross_index = stacked_caches
         x = ops.convert_to_tensor(decoder_sequence)
-        # (batch, max_length, num_heads, head_dim) each
+        # (batch, max_length, kv_heads, head_dim) each
         keys_values = (self_cache[:, 0], self_cache[:, 1])
         cross_keys_values, cross_mask = None, None
         if self.has_cross_attention:
@@ -134,11 +135,11 @@ class StackedDecoderCacheMixin:
                 new_keys, new_values = self.cross_attention.compute_key_value(
                     encoder_sequence
                 )
-                # (batch, 2, source_length, num_heads, head_dim)
+                # (batch, 2, source_length, kv_heads, head_dim)
                 cross_cache = write_stacked_cache(
                     cross_cache, cross_index, new_keys, new_values
                 )
-            # (batch, source_length, num_heads, head_dim) each
+            # (batch, source_length, kv_heads, head_dim) each
             cross_keys_values = (cross_cache[:, 0], cross_cache[:, 1])
             padding_mask, attention_mask = cross_masks
             cross_mask = merge_attention_masks(
@@ -160,7 +161,7 @@ class StackedDecoderCacheMixin:
             training,
         )
         if self_index is not None:
-            # (batch, 2, max_length, num_heads, head_dim)
+            # (batch, 2, max_length, kv_heads, head_dim)
             self_cache = ops.stack(keys_values, axis=1)
         if not self.has_cross_attention:
             return outputs, self_cache

@@ -4,16 +4,24 @@ import keras
 
 from keras_attn.layers import attention_arguments
 from keras_attn.layers.fast_dropout import FastDropout
-from keras_attn.layers.feed_forward import FeedForward
+from keras_attn.layers.feed_forward import (
+    FeedForward,
+    get_activation,
+    serialize_activation,
+)
 from keras_attn.layers.layer_norm import LayerNorm
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
+from keras_attn.layers.rms_normalization import RMSNormalization
 from keras_attn.validation import (
     check_bool,
+    check_choice,
     check_divisible,
     check_positive_float,
     check_positive_int,
     check_rate,
 )
+
+NORMALIZATIONS = ("layer", "rms")
 
 
 def check_sequence_shape(shape, argument_name):
@@ -52,18 +60,43 @@ def resolve_flash_attention(flash_attention, use_fused_attention, attention_drop
     )
 
 
+def check_num_key_value_heads(num_key_value_heads, num_heads):
+    """`None`, or a positive int dividing `num_heads` (grouped-query)."""
+    num_key_value_heads = check_positive_int(
+        num_key_value_heads, "num_key_value_heads", allow_none=True
+    )
+    if num_key_value_heads is not None:
+        check_divisible(
+            num_heads, num_key_value_heads, "num_heads", "num_key_value_heads"
+        )
+    return num_key_value_heads
+
+
+def check_rotary_dim(rotary_dim):
+    """`None` (rotate all of a head's features) or an even positive int."""
+    rotary_dim = check_positive_int(rotary_dim, "rotary_dim", allow_none=True)
+    if rotary_dim is not None and rotary_dim % 2:
+        raise ValueError(
+            "`rotary_dim` must be even (features rotate in pairs). "
+            f"Received: rotary_dim={rotary_dim}"
+        )
+    return rotary_dim
+
+
 class TransformerBlockBase(keras.layers.Layer):
     """Base of `TransformerEncoderBlock` and `TransformerDecoderBlock`.
 
     Holds the shared arguments (documented on the two blocks) and builds
     their sub-layers: attention with `d_k = d_v = hidden_dim / num_heads`
-    (section 3.2.2), layer normalisation, residual dropout (section 5.4).
+    (section 3.2.2), layer (or RMS) normalisation, residual dropout
+    (section 5.4).
 
     The sub-layers are stored (and saved) under the public names
     `self_attention`, `self_attention_norm`, `self_attention_dropout`,
     `feed_forward`, `feed_forward_norm` and `feed_forward_dropout`;
     keras-hub's private names (`_self_attention_layer`,
-    `_self_attention_layer_norm`, ...) read the same layers.
+    `_self_attention_layer_norm`, `_feedforward_gate_dense`, ...) read the
+    same layers.
     """
 
     def __init__(
@@ -79,6 +112,13 @@ class TransformerBlockBase(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         use_fused_attention=None,
+        normalization="layer",
+        use_bias=True,
+        num_key_value_heads=None,
+        qk_norm=False,
+        rotary_max_wavelength=None,
+        rotary_scaling_factor=1.0,
+        rotary_dim=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -91,7 +131,8 @@ class TransformerBlockBase(keras.layers.Layer):
             self.dropout if attention_dropout is None else attention_dropout,
             "attention_dropout",
         )
-        self.activation = keras.activations.get(activation)
+        # A callable, or the name of a gated activation ("swiglu", ...).
+        self.activation = get_activation(activation)
         self.layer_norm_epsilon = check_positive_float(
             layer_norm_epsilon, "layer_norm_epsilon"
         )
@@ -101,7 +142,39 @@ class TransformerBlockBase(keras.layers.Layer):
         )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.normalization = check_choice(
+            normalization, "normalization", NORMALIZATIONS
+        )
+        self.use_bias = check_bool(use_bias, "use_bias")
+        self._num_key_value_heads = check_num_key_value_heads(
+            num_key_value_heads, self.num_heads
+        )
+        self.qk_norm = check_bool(qk_norm, "qk_norm")
+        self.rotary_max_wavelength = check_positive_float(
+            rotary_max_wavelength, "rotary_max_wavelength", allow_none=True
+        )
+        self.rotary_scaling_factor = check_positive_float(
+            rotary_scaling_factor, "rotary_scaling_factor"
+        )
+        self.rotary_dim = check_rotary_dim(rotary_dim)
+        self._head_dim = None  # Known once built: hidden_dim // num_heads.
         self.supports_masking = True
+
+    @property
+    def num_key_value_heads(self):
+        """The key/value heads of the attention (`num_heads` unless set)."""
+        if self._num_key_value_heads is None:
+            return self.num_heads
+        return self._num_key_value_heads
+
+    @property
+    def head_dim(self):
+        """Features per head, `hidden_dim // num_heads`; `None` until built.
+
+        With `num_key_value_heads`, a self-attention cache is `(batch,
+        max_length, block.num_key_value_heads, block.head_dim)`.
+        """
+        return self._head_dim
 
     @property
     def use_fused_attention(self):
@@ -128,6 +201,11 @@ class TransformerBlockBase(keras.layers.Layer):
         return self.feed_forward.intermediate_dense
 
     @property
+    def _feedforward_gate_dense(self):
+        """The gate of a gated feed-forward network, else `None`."""
+        return self.feed_forward.gate_dense
+
+    @property
     def _feedforward_output_dense(self):
         return self.feed_forward.output_dense
 
@@ -139,23 +217,37 @@ class TransformerBlockBase(keras.layers.Layer):
     def _feedforward_dropout(self):
         return self.feed_forward_dropout
 
-    def _attention(self, hidden_dim, name):
+    def _attention(self, hidden_dim, name, rotary=False):
+        """An attention sub-layer; `rotary` for self-attention (RoPE)."""
         check_divisible(hidden_dim, self.num_heads, "hidden_dim", "num_heads")
         return MultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=hidden_dim // self.num_heads,
             dropout=self.attention_dropout,
+            use_bias=self.use_bias,
             flash_attention=self.flash_attention,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
+            num_key_value_heads=self._num_key_value_heads,
+            qk_norm=self.qk_norm,
             dtype=self.dtype_policy,
             name=name,
+            **(self._rotary_arguments() if rotary else {}),
+        )
+
+    def _rotary_arguments(self):
+        """The self-attention's RoPE arguments (cross-attention has none)."""
+        return dict(
+            rotary_max_wavelength=self.rotary_max_wavelength,
+            rotary_scaling_factor=self.rotary_scaling_factor,
+            rotary_dim=self.rotary_dim,
         )
 
     def _feed_forward(self):
         return FeedForward(
             self.intermediate_dim,
             activation=self.activation,
+            use_bias=self.use_bias,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
@@ -163,8 +255,15 @@ class TransformerBlockBase(keras.layers.Layer):
         )
 
     def _norm(self, name):
+        if self.normalization == "rms":
+            return RMSNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+            )
         return LayerNorm(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+            epsilon=self.layer_norm_epsilon,
+            center=self.use_bias,
+            dtype=self.dtype_policy,
+            name=name,
         )
 
     def _dropout(self, name):
@@ -172,7 +271,8 @@ class TransformerBlockBase(keras.layers.Layer):
 
     def _build_self_attention(self, inputs_shape, hidden_dim):
         """The first sub-layer: self-attention, its norm and its dropout."""
-        self.self_attention = self._attention(hidden_dim, "self_attention")
+        self._head_dim = hidden_dim // self.num_heads
+        self.self_attention = self._attention(hidden_dim, "self_attention", rotary=True)
         self.self_attention.build(inputs_shape, inputs_shape)
         self.self_attention_norm = self._norm("self_attention_norm")
         self.self_attention_norm.build(inputs_shape)
@@ -187,7 +287,7 @@ class TransformerBlockBase(keras.layers.Layer):
         self.feed_forward_dropout = self._dropout("feed_forward_dropout")
 
     def _sublayer_input(self, x, norm):
-        """What a sub-layer reads: `x`, or `LayerNorm(x)` with pre-norm."""
+        """What a sub-layer reads: `x`, or `Norm(x)` with pre-norm."""
         return norm(x) if self.normalize_first else x
 
     def _add_and_norm(self, residual, outputs, norm, dropout, training):
@@ -202,14 +302,26 @@ class TransformerBlockBase(keras.layers.Layer):
         return x if self.normalize_first else norm(x)
 
     def _attention_residual(
-        self, x, h, sublayer, keys_values, mask, bias, training, return_scores=False
+        self,
+        x,
+        h,
+        sublayer,
+        keys_values,
+        mask,
+        bias,
+        training,
+        return_scores=False,
+        start_index=0,
     ):
         """`x` plus attention from `h` over `keys_values`, with Add & Norm.
 
         `sublayer` is `(attention, norm, dropout)`; `mask` (boolean) and
         `bias` (float, added to the scores) are broadcastable to
-        `(batch, num_heads, query_length, key_length)`. Returns `(x,
-        attention weights)`, the weights `None` unless `return_scores`.
+        `(batch, num_heads, query_length, key_length)`; `start_index` is
+        the position of the first query (RoPE in the self-attention; the
+        cache index in cached decoding).
+        Returns `(x, attention weights)`, the weights `None` unless
+        `return_scores`.
         """
         attention, norm, dropout = sublayer
         keys, values = keys_values
@@ -221,6 +333,7 @@ class TransformerBlockBase(keras.layers.Layer):
             attention_bias=bias,
             return_attention_scores=return_scores,
             training=training,
+            start_index=start_index,
         )
         attended, scores = attended if return_scores else (attended, None)
         return self._add_and_norm(x, attended, norm, dropout, training), scores
@@ -233,7 +346,7 @@ class TransformerBlockBase(keras.layers.Layer):
         length)`.
         """
         h = self._sublayer_input(x, self.self_attention_norm)
-        keys_values = self.self_attention.compute_key_value(h)
+        keys_values = self.self_attention.compute_key_value(h, start_index=0)
         sublayer = (
             self.self_attention,
             self.self_attention_norm,
@@ -259,7 +372,7 @@ class TransformerBlockBase(keras.layers.Layer):
                 "intermediate_dim": self.intermediate_dim,
                 "dropout": self.dropout,
                 "attention_dropout": self.attention_dropout,
-                "activation": keras.activations.serialize(self.activation),
+                "activation": serialize_activation(self.activation),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "normalize_first": self.normalize_first,
                 "flash_attention": self.flash_attention,
@@ -267,6 +380,25 @@ class TransformerBlockBase(keras.layers.Layer):
                     self.kernel_initializer
                 ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        # The variants' arguments are written only when set (as
+        # `MultiHeadAttention` does): a default block's config stays the one
+        # files saved before them hold, and older code reads it.
+        variants = {
+            "normalization": (self.normalization, "layer"),
+            "use_bias": (self.use_bias, True),
+            "num_key_value_heads": (self._num_key_value_heads, None),
+            "qk_norm": (self.qk_norm, False),
+            "rotary_max_wavelength": (self.rotary_max_wavelength, None),
+            "rotary_scaling_factor": (self.rotary_scaling_factor, 1.0),
+            "rotary_dim": (self.rotary_dim, None),
+        }
+        config.update(
+            {
+                name: value
+                for name, (value, default) in variants.items()
+                if value != default
             }
         )
         return config

@@ -18,10 +18,10 @@ def write_cache(cache, index, keys, values):
     """`cache = (keys, values)` with the new ones written at `index`.
 
     Args:
-        cache: `(keys, values)`, each `(batch, max_length, num_heads,
-            head_dim)`.
+        cache: `(keys, values)`, each `(batch, max_length, kv_heads,
+            head_dim)`, `kv_heads` the attention's `num_key_value_heads`.
         index: int or scalar int tensor, the slot of the first new position.
-        keys, values: `(batch, new_length, num_heads, head_dim)` each.
+        keys, values: `(batch, new_length, kv_heads, head_dim)` each.
 
     Returns:
         The updated `(keys, values)`.
@@ -51,7 +51,9 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         attention_dropout: float in `[0, 1)`, dropout on attention weights.
             Defaults to `None`, meaning `dropout` (as keras-hub's blocks,
             which use `dropout` for both).
-        activation: feed-forward activation. Defaults to `"relu"`.
+        activation: feed-forward activation: a Keras activation (name or
+            callable) or a gated one, `"geglu"`, `"swiglu"` or `"reglu"`
+            (see `keras_attn.layers.FeedForward`). Defaults to `"relu"`.
         layer_norm_epsilon: float. Defaults to `1e-6`.
         normalize_first: bool, pre-norm instead of the paper's post-norm.
             Defaults to `False`.
@@ -67,6 +69,33 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         use_fused_attention: deprecated alias of `flash_attention` (`True`
             is `flash_attention=None`, `False` is `False`). Defaults to
             `None`.
+        normalization: `"layer"` (`keras_attn.layers.LayerNorm`) or
+            `"rms"` (`keras_attn.layers.RMSNormalization`, no centering or
+            offset), the sub-layer norms, both with epsilon
+            `layer_norm_epsilon`. Defaults to `"layer"`.
+        use_bias: bool; `False` removes the biases of the attention
+            projections and of the feed-forward network, and the offsets
+            (`beta`) of the layer norms (`center=False`), as in LLaMA or
+            PaLM. Defaults to `True`.
+        num_key_value_heads: int dividing `num_heads`, the key and value
+            heads of the self- and cross-attention (grouped-query
+            attention; `1` is multi-query attention); caches hold this many
+            heads (`block.num_key_value_heads`). Defaults to `None`,
+            meaning `num_heads`.
+        qk_norm: bool, RMS-normalize the projected queries and keys of the
+            self- and cross-attention, over each head's features, before
+            any rotation (`MultiHeadAttention`'s `qk_norm`). Defaults to
+            `False`.
+        rotary_max_wavelength: float, rotary position embeddings (RoPE) of
+            this maximum wavelength (`10000.0` in RoFormer) on the
+            self-attention's queries and keys, never the cross-attention's;
+            positions count from 0, and from the cache index in
+            `call_cached`. Defaults to `None`, meaning no rotation.
+        rotary_scaling_factor: float `> 0`, RoPE's linear position
+            interpolation: positions are divided by it. Defaults to `1.0`.
+        rotary_dim: even int `<= head_dim`, how many of each head's
+            features RoPE rotates (partial rotary, as GPT-NeoX). Defaults to
+            `None`, meaning all of them.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -95,7 +124,7 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
             keras-hub's `TransformerDecoder` cache call, served by the same
             code as `call_cached` (which new code should use) through the
             adapter of `keras_attn.layers.stacked_decoder_cache`: stacked
-            caches `(batch, 2, length, num_heads, head_dim)`.
+            caches `(batch, 2, length, kv_heads, head_dim)`.
         decoder_sequence_mask, encoder_sequence_mask: filled by Keras from
             mask-carrying inputs; used when the padding masks are not given.
 
@@ -281,8 +310,8 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
             encoder_sequence: tensor `(batch, source_length, hidden_dim)`.
 
         Returns:
-            `(keys, values)`, each `(batch, source_length, num_heads,
-            head_dim)`.
+            `(keys, values)`, each `(batch, source_length, kv_heads,
+            head_dim)`, `kv_heads` being `block.num_key_value_heads`.
         """
         self._check_encoder_sequence(encoder_sequence)
         return self.cross_attention.compute_key_value(encoder_sequence)
@@ -307,9 +336,10 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
                 inputs at positions `cache_index ... cache_index +
                 new_length - 1` (usually `new_length == 1`).
             self_attention_cache: `(keys, values)`, each
-                `(batch, max_length, num_heads, head_dim)`.
+                `(batch, max_length, kv_heads, head_dim)`: `kv_heads` is
+                `block.num_key_value_heads`, `head_dim` `block.head_dim`.
             cache_index: int or scalar int tensor, position of the first new
-                element.
+                element (with RoPE, the position its rotation uses).
             cross_attention_cache: `(keys, values)` from
                 `compute_cross_attention_cache`; required with
                 cross-attention.
@@ -325,13 +355,15 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         Example:
 
         >>> block = keras_attn.layers.TransformerDecoderBlock(
-        ...     num_heads=2, intermediate_dim=32)
+        ...     num_heads=4, intermediate_dim=32, num_key_value_heads=2,
+        ...     rotary_max_wavelength=10000.0)
         >>> _ = block(keras.random.normal((1, 4, 16)))  # builds, decoder-only
-        >>> slots = keras.ops.zeros((1, 4, 2, 8))  # (batch, max_length, heads, dim)
+        >>> # (batch, max_length, kv_heads, head_dim)
+        >>> slots = keras.ops.zeros((1, 4, block.num_key_value_heads, block.head_dim))
         >>> out, cache = block.call_cached(
         ...     keras.random.normal((1, 1, 16)), (slots, slots), cache_index=0)
         >>> tuple(out.shape), tuple(cache[0].shape)
-        ((1, 1, 16), (1, 4, 2, 8))
+        ((1, 1, 16), (1, 4, 2, 4))
         """
         if self.has_cross_attention and cross_attention_cache is None:
             raise ValueError(
@@ -414,9 +446,14 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         """
         self_mask, cross_mask = masks
         h = self._sublayer_input(x, self.self_attention_norm)
+        # The new positions start at the cache index (with RoPE, the keys
+        # are cached rotated); a read-only step places them from 0.
+        start_index = 0 if cache_index is None else cache_index
         keys_values = self_attention_cache
         if cache_index is not None:
-            new_keys, new_values = self.self_attention.compute_key_value(h)
+            new_keys, new_values = self.self_attention.compute_key_value(
+                h, start_index=start_index
+            )
             keys_values = write_cache(
                 self_attention_cache, cache_index, new_keys, new_values
             )
@@ -426,7 +463,14 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
             self.self_attention_dropout,
         )
         x, _ = self._attention_residual(
-            x, h, sublayer, keys_values, self_mask, self_attention_bias, training
+            x,
+            h,
+            sublayer,
+            keys_values,
+            self_mask,
+            self_attention_bias,
+            training,
+            start_index=start_index,
         )
         x, _ = self._cross_attention_sublayer(
             x, cross_keys_values, cross_mask, training

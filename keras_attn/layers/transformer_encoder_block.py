@@ -24,7 +24,9 @@ class TransformerEncoderBlock(TransformerBlockBase):
         attention_dropout: float in `[0, 1)`, dropout on attention weights.
             Defaults to `None`, meaning `dropout` (as keras-hub's blocks,
             which use `dropout` for both).
-        activation: feed-forward activation. Defaults to `"relu"`.
+        activation: feed-forward activation: a Keras activation (name or
+            callable) or a gated one, `"geglu"`, `"swiglu"` or `"reglu"`
+            (see `keras_attn.layers.FeedForward`). Defaults to `"relu"`.
         layer_norm_epsilon: float. Defaults to `1e-6`.
         normalize_first: bool, pre-norm (`True`) instead of the paper's
             post-norm. Defaults to `False`.
@@ -40,6 +42,30 @@ class TransformerEncoderBlock(TransformerBlockBase):
         use_fused_attention: deprecated alias of `flash_attention` (`True`
             is `flash_attention=None`, `False` is `False`). Defaults to
             `None`.
+        normalization: `"layer"` (`keras_attn.layers.LayerNorm`) or
+            `"rms"` (`keras_attn.layers.RMSNormalization`, no centering or
+            offset), the sub-layer norms, both with epsilon
+            `layer_norm_epsilon`. Defaults to `"layer"`.
+        use_bias: bool; `False` removes the biases of the attention
+            projections and of the feed-forward network, and the offsets
+            (`beta`) of the layer norms (`center=False`), as in LLaMA or
+            PaLM. Defaults to `True`.
+        num_key_value_heads: int dividing `num_heads`, the key and value
+            heads of the self-attention (grouped-query attention; `1` is
+            multi-query attention). Defaults to `None`, meaning
+            `num_heads`.
+        qk_norm: bool, RMS-normalize the projected queries and keys of the
+            self-attention, over each head's features, before any rotation
+            (`MultiHeadAttention`'s `qk_norm`). Defaults to `False`.
+        rotary_max_wavelength: float, rotary position embeddings (RoPE) of
+            this maximum wavelength (`10000.0` in RoFormer) on the
+            self-attention's queries and keys, at positions `0, 1, ...`.
+            Defaults to `None`, meaning no rotation.
+        rotary_scaling_factor: float `> 0`, RoPE's linear position
+            interpolation: positions are divided by it. Defaults to `1.0`.
+        rotary_dim: even int `<= head_dim`, how many of each head's
+            features RoPE rotates (partial rotary, as GPT-NeoX). Defaults to
+            `None`, meaning all of them.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:

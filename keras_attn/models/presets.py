@@ -101,6 +101,29 @@ LM_PRESETS = {
         dropout=0.1,
         max_sequence_length=64,
     ),
+    # `lm_small`'s size class with the choices of today's open LMs (Llama,
+    # Mistral): rotary positions, grouped-query attention (4 query heads
+    # share 2 key/value heads), RMSNorm, a SwiGLU feed-forward network and
+    # no biases. `intermediate_dim` spends what those save on the
+    # feed-forward network, for the same parameter count as `lm_small`
+    # (vocabulary 2,000, max_sequence_length 32): 256,000 tied embeddings,
+    # two layers of 49,152 attention + 392 * 384 = 150,528 feed-forward +
+    # 256 RMSNorm = 199,936, and the final RMSNorm's 128: 656,000, 0.14%
+    # below `lm_small`'s 656,896 (392 = 8 * 49; 393 would be 0.02% below).
+    "lm_modern_small": dict(
+        num_layers=2,
+        hidden_dim=128,
+        num_heads=4,
+        intermediate_dim=392,
+        dropout=0.1,
+        max_sequence_length=64,
+        position="rotary",
+        num_key_value_heads=2,
+        normalization="rms",
+        activation="swiglu",
+        use_bias=False,
+        normalize_first=True,
+    ),
     # Radford et al., 2019, the 124M GPT-2: 12 layers, d_model 768, 12 heads,
     # byte-level BPE vocabulary of 50,257, 1,024 learned positions, pre-norm,
     # a final layer norm, output projection tied to the token embedding.

@@ -96,8 +96,10 @@ class Transformer(ZooModel):
             decoding caches). Defaults to `256`.
         position: the position scheme's name (see
             `keras_attn.layers.position_schemes`), `"sinusoidal"`,
-            `"learned"` or `"alibi"` (attention biases, Press et al., 2022). Defaults to `"sinusoidal"`.
-        normalize_first: bool, pre-norm blocks plus a final layer norm.
+            `"learned"`, `"alibi"` (attention biases, Press et al., 2022),
+            `"relative"` (T5) or `"rotary"` (RoPE, self-attention only).
+            Defaults to `"sinusoidal"`.
+        normalize_first: bool, pre-norm blocks plus a final norm.
             Defaults to `False` (the paper's post-norm).
         tie_embeddings: bool, share encoder/decoder embeddings and the output
             projection. Defaults to `True`.
@@ -106,7 +108,9 @@ class Transformer(ZooModel):
         num_decoder_layers: positive int. Defaults to `None`, meaning
             `num_layers`.
         pad_id: int, the padding token id. Defaults to `0`.
-        activation: feed-forward activation. Defaults to `"relu"`.
+        activation: feed-forward activation, a Keras activation or a
+            gated one: `"geglu"`, `"swiglu"` or `"reglu"` (Shazeer, 2020).
+            Defaults to `"relu"`.
         layer_norm_epsilon: float. Defaults to `1e-6`.
         flash_attention: `None` (the fused kernel where the backend has
             it), `True` (require it) or `False` (never). Defaults to
@@ -115,6 +119,18 @@ class Transformer(ZooModel):
             `None`, meaning the global policy.
         use_fused_attention: deprecated alias of `flash_attention`
             (`True` is `None`, `False` is `False`). Defaults to `None`.
+        normalization: `"layer"` (layer normalization) or `"rms"`
+            (RMSNorm, Zhang and Sennrich, 2019), for every norm of the
+            model: the blocks' and the model's own. Defaults to `"layer"`.
+        use_bias: bool, biases in the attention projections and the
+            feed-forward layers and offsets in the layer norms; `False`
+            removes them all (PaLM). Defaults to `True`.
+        num_key_value_heads: int dividing `num_heads`, the key/value heads
+            of every attention layer (grouped-query attention, Ainslie et
+            al., 2023; `1` is multi-query attention); decoding caches hold
+            only these. Defaults to `None`, meaning `num_heads`.
+        qk_norm: bool, RMS-normalize each head's queries and keys before
+            their product (Dehghani et al., 2023). Defaults to `False`.
         **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Example:
@@ -157,6 +173,10 @@ class Transformer(ZooModel):
         flash_attention=None,
         dtype=None,
         use_fused_attention=None,
+        normalization="layer",
+        use_bias=True,
+        num_key_value_heads=None,
+        qk_norm=False,
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
@@ -166,6 +186,9 @@ class Transformer(ZooModel):
         self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         check_divisible(self.hidden_dim, self.num_heads, "hidden_dim", "num_heads")
+        self._check_block_variants(
+            num_key_value_heads, qk_norm, use_bias, normalization
+        )
         self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
         self.dropout = check_rate(dropout, "dropout")
         self.attention_dropout = check_rate(attention_dropout, "attention_dropout")
@@ -229,12 +252,12 @@ class Transformer(ZooModel):
                 TransformerDecoderBlock, self.num_decoder_layers, "decoder_block", dtype
             ),
             encoder_output_norm=(
-                self._layer_normalization(dtype, "encoder_output_norm")
+                self._normalization(dtype, "encoder_output_norm")
                 if final_norms
                 else None
             ),
             decoder_output_norm=(
-                self._layer_normalization(dtype, "decoder_output_norm")
+                self._normalization(dtype, "decoder_output_norm")
                 if final_norms
                 else None
             ),
@@ -297,6 +320,7 @@ class Transformer(ZooModel):
                 "activation": self.activation,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "flash_attention": self.flash_attention,
+                **self._block_variants_config(),
             }
         )
         return config

@@ -82,11 +82,14 @@ class TransformerEncoderClassifier(ZooModel):
             Defaults to `512`.
         position: the position scheme's name (see
             `keras_attn.layers.position_schemes`), `"learned"` (BERT),
-            `"sinusoidal"` or `"alibi"`. Defaults to `"learned"`.
+            `"sinusoidal"`, `"alibi"`, `"relative"` (T5) or `"rotary"`
+            (RoPE). Defaults to `"learned"`.
         pooling: `"cls"` or `"mean"`. Defaults to `"cls"`.
         normalize_first: bool, pre-norm blocks. Defaults to `False`.
         pad_id: int, the padding id. Defaults to `0`.
-        activation: feed-forward activation. Defaults to `"gelu"`.
+        activation: feed-forward activation, a Keras activation or a
+            gated one: `"geglu"`, `"swiglu"` or `"reglu"` (Shazeer, 2020).
+            Defaults to `"gelu"`.
         layer_norm_epsilon: float. Defaults to `1e-6`.
         flash_attention: `None` (the fused kernel where the backend has
             it), `True` (require it) or `False` (never). Defaults to
@@ -95,6 +98,18 @@ class TransformerEncoderClassifier(ZooModel):
             the global policy.
         use_fused_attention: deprecated alias of `flash_attention`
             (`True` is `None`, `False` is `False`). Defaults to `None`.
+        normalization: `"layer"` (layer normalization) or `"rms"`
+            (RMSNorm, Zhang and Sennrich, 2019), for every norm of the
+            model: the blocks' and the model's own. Defaults to `"layer"`.
+        use_bias: bool, biases in the attention projections and the
+            feed-forward layers and offsets in the layer norms; `False`
+            removes them all (PaLM). Defaults to `True`.
+        num_key_value_heads: int dividing `num_heads`, the key/value heads
+            of every attention layer (grouped-query attention, Ainslie et
+            al., 2023; `1` is multi-query attention); decoding caches hold
+            only these. Defaults to `None`, meaning `num_heads`.
+        qk_norm: bool, RMS-normalize each head's queries and keys before
+            their product (Dehghani et al., 2023). Defaults to `False`.
         **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
@@ -144,6 +159,10 @@ class TransformerEncoderClassifier(ZooModel):
         flash_attention=None,
         dtype=None,
         use_fused_attention=None,
+        normalization="layer",
+        use_bias=True,
+        num_key_value_heads=None,
+        qk_norm=False,
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
@@ -154,6 +173,9 @@ class TransformerEncoderClassifier(ZooModel):
         self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         check_divisible(self.hidden_dim, self.num_heads, "hidden_dim", "num_heads")
+        self._check_block_variants(
+            num_key_value_heads, qk_norm, use_bias, normalization
+        )
         self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
         self.dropout = check_rate(dropout, "dropout")
         self.attention_dropout = check_rate(attention_dropout, "attention_dropout")
@@ -185,7 +207,7 @@ class TransformerEncoderClassifier(ZooModel):
             padding_mask_layer=self._padding_mask_layer(),
             token_embedding=self._token_embedding(dtype, "token_embedding"),
             embedding_norm=(
-                None if pre_norm else self._layer_normalization(dtype, "embedding_norm")
+                None if pre_norm else self._normalization(dtype, "embedding_norm")
             ),
             embedding_dropout=self._dropout(dtype),
             # `None` unless the position scheme biases attention scores.
@@ -196,7 +218,7 @@ class TransformerEncoderClassifier(ZooModel):
                 TransformerEncoderBlock, self.num_layers, "encoder_block", dtype
             ),
             output_norm=(
-                self._layer_normalization(dtype, "output_norm") if pre_norm else None
+                self._normalization(dtype, "output_norm") if pre_norm else None
             ),
         )
         sequence_pooling = SequencePooling(self.pooling, dtype=dtype, name="pooling")
@@ -247,6 +269,7 @@ class TransformerEncoderClassifier(ZooModel):
                 "activation": self.activation,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "flash_attention": self.flash_attention,
+                **self._block_variants_config(),
             }
         )
         return config

@@ -52,14 +52,17 @@ class TransformerLM(ZooModel):
             caches). Defaults to `1024`.
         position: the position scheme's name (see
             `keras_attn.layers.position_schemes`), `"learned"` (GPT-2),
-            `"sinusoidal"` or `"alibi"`. Defaults to `"learned"`.
-        normalize_first: bool, pre-norm blocks and a final layer norm.
+            `"sinusoidal"`, `"alibi"`, `"relative"` (T5) or `"rotary"`
+            (RoPE). Defaults to `"learned"`.
+        normalize_first: bool, pre-norm blocks and a final norm.
             Defaults to `True`.
         tie_embeddings: bool, project to the vocabulary with the token
             embedding. Defaults to `True`.
         pad_id: int, the padding id (masked as a key; its labels should be
             ignored by the loss). Defaults to `0`.
-        activation: feed-forward activation. Defaults to `"gelu"`.
+        activation: feed-forward activation, a Keras activation or a
+            gated one: `"geglu"`, `"swiglu"` or `"reglu"` (Shazeer, 2020).
+            Defaults to `"gelu"`.
         layer_norm_epsilon: float. Defaults to `1e-5`.
         flash_attention: `None` (the fused kernel where the backend has
             it), `True` (require it) or `False` (never). Defaults to
@@ -68,6 +71,18 @@ class TransformerLM(ZooModel):
             the global policy.
         use_fused_attention: deprecated alias of `flash_attention`
             (`True` is `None`, `False` is `False`). Defaults to `None`.
+        normalization: `"layer"` (layer normalization) or `"rms"`
+            (RMSNorm, Zhang and Sennrich, 2019), for every norm of the
+            model: the blocks' and the model's own. Defaults to `"layer"`.
+        use_bias: bool, biases in the attention projections and the
+            feed-forward layers and offsets in the layer norms; `False`
+            removes them all (PaLM). Defaults to `True`.
+        num_key_value_heads: int dividing `num_heads`, the key/value heads
+            of every attention layer (grouped-query attention, Ainslie et
+            al., 2023; `1` is multi-query attention); decoding caches hold
+            only these. Defaults to `None`, meaning `num_heads`.
+        qk_norm: bool, RMS-normalize each head's queries and keys before
+            their product (Dehghani et al., 2023). Defaults to `False`.
         **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
@@ -114,6 +129,10 @@ class TransformerLM(ZooModel):
         flash_attention=None,
         dtype=None,
         use_fused_attention=None,
+        normalization="layer",
+        use_bias=True,
+        num_key_value_heads=None,
+        qk_norm=False,
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
@@ -123,6 +142,9 @@ class TransformerLM(ZooModel):
         self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         check_divisible(self.hidden_dim, self.num_heads, "hidden_dim", "num_heads")
+        self._check_block_variants(
+            num_key_value_heads, qk_norm, use_bias, normalization
+        )
         self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
         self.dropout = check_rate(dropout, "dropout")
         self.attention_dropout = check_rate(attention_dropout, "attention_dropout")
@@ -159,9 +181,7 @@ class TransformerLM(ZooModel):
             TransformerDecoderBlock, self.num_layers, "decoder_block", dtype
         )
         output_norm = (
-            self._layer_normalization(dtype, "output_norm")
-            if self.normalize_first
-            else None
+            self._normalization(dtype, "output_norm") if self.normalize_first else None
         )
         output_projection = self._vocabulary_logits(token_embedding, dtype)
 
@@ -208,6 +228,7 @@ class TransformerLM(ZooModel):
                 "activation": self.activation,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "flash_attention": self.flash_attention,
+                **self._block_variants_config(),
             }
         )
         return config
@@ -225,7 +246,7 @@ class TransformerLM(ZooModel):
         Returns:
             A dict of tensors (a pytree that `keras.ops.while_loop` carries):
             `"self_attention"`, one `(keys, values)` pair per block, each
-            `(batch, max_length, num_heads, head_dim)`.
+            `(batch, max_length, num_key_value_heads, head_dim)`.
         """
         return {
             "self_attention": self._self_attention_cache(

@@ -51,7 +51,9 @@ class VisionTransformer(ZooModel):
             `keras_attn.layers.FastDropout` at a resolution of 1/2048 (0.1 runs
             at 0.10010).
         attention_dropout: float. Defaults to `0.0`.
-        activation: MLP activation. Defaults to `"gelu"`.
+        activation: MLP activation, a Keras activation or a
+            gated one: `"geglu"`, `"swiglu"` or `"reglu"` (Shazeer, 2020).
+            Defaults to `"gelu"`.
         layer_norm_epsilon: float. Defaults to `1e-6`.
         flash_attention: `None` (the fused kernel where the backend has
             it), `True` (require it) or `False` (never). Defaults to
@@ -60,6 +62,18 @@ class VisionTransformer(ZooModel):
             the global policy.
         use_fused_attention: deprecated alias of `flash_attention`
             (`True` is `None`, `False` is `False`). Defaults to `None`.
+        normalization: `"layer"` (layer normalization) or `"rms"`
+            (RMSNorm, Zhang and Sennrich, 2019), for every norm of the
+            model: the blocks' and the model's own. Defaults to `"layer"`.
+        use_bias: bool, biases in the attention projections and the
+            feed-forward layers and offsets in the layer norms; `False`
+            removes them all (PaLM). Defaults to `True`.
+        num_key_value_heads: int dividing `num_heads`, the key/value heads
+            of every attention layer (grouped-query attention, Ainslie et
+            al., 2023; `1` is multi-query attention); decoding caches hold
+            only these. Defaults to `None`, meaning `num_heads`.
+        qk_norm: bool, RMS-normalize each head's queries and keys before
+            their product (Dehghani et al., 2023). Defaults to `False`.
         **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
@@ -101,6 +115,10 @@ class VisionTransformer(ZooModel):
         flash_attention=None,
         dtype=None,
         use_fused_attention=None,
+        normalization="layer",
+        use_bias=True,
+        num_key_value_heads=None,
+        qk_norm=False,
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
@@ -119,6 +137,9 @@ class VisionTransformer(ZooModel):
         self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         check_divisible(self.hidden_dim, self.num_heads, "hidden_dim", "num_heads")
+        self._check_block_variants(
+            num_key_value_heads, qk_norm, use_bias, normalization
+        )
         self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
         self.dropout = check_rate(dropout, "dropout")
         self.attention_dropout = check_rate(attention_dropout, "attention_dropout")
@@ -165,7 +186,7 @@ class VisionTransformer(ZooModel):
             dtype,
             normalize_first=True,
         )
-        output_norm = self._layer_normalization(dtype, "output_norm")
+        output_norm = self._normalization(dtype, "output_norm")
         # The class token's final features: the image representation `y`.
         class_token_output = SequencePooling(
             "cls", dtype=dtype, name="class_token_output"
@@ -219,6 +240,7 @@ class VisionTransformer(ZooModel):
                 "activation": self.activation,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "flash_attention": self.flash_attention,
+                **self._block_variants_config(),
             }
         )
         return config

@@ -5,8 +5,10 @@ What `Transformer`, `TransformerLM`, `TransformerEncoderClassifier` and
 `Backbone` does it:
 
 - the checks a model needs beyond `keras_attn.validation` (activations,
-  image sizes, unknown keyword arguments); each model checks and stores its own arguments in its
-  constructor and returns them from its own `get_config`;
+  image sizes, unknown keyword arguments) and the attention variants every
+  model takes (`_check_block_variants`: key/value heads, query-key norms,
+  biases, the kind of normalization); each model checks and stores its own
+  arguments in its constructor and returns them from its own `get_config`;
 - the dtype policy of the layers (a functional model's own `dtype_policy`
   is always the global one), serialized by `get_config` with any quantized
   layers (`ModelFeaturesMixin`) and restored by `from_config`;
@@ -19,7 +21,8 @@ What `Transformer`, `TransformerLM`, `TransformerEncoderClassifier` and
   order, are those of the saved presets;
 - the decoding cache of the models that decode (`_self_attention_cache`)
   and the position scheme's attention bias for the blocks
-  (`position_bias_argument`).
+  (`position_bias_argument`) and the blocks' arguments it needs
+  (`block_arguments()`, a rotary scheme's rotation).
 """
 
 import difflib
@@ -29,9 +32,15 @@ import keras
 from keras import ops
 
 from keras_attn.layers.fast_dropout import FastDropout
+from keras_attn.layers.feed_forward import GATED_ACTIVATIONS, is_gated
 from keras_attn.layers.padding_mask import PaddingMask
+from keras_attn.layers.rms_normalization import RMSNormalization
 from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from keras_attn.layers.transformer_block_base import (
+    NORMALIZATIONS,
+    check_num_key_value_heads,
+)
 from keras_attn.layers.vocabulary_projection import VocabularyProjection
 from keras_attn.models.model_features import ModelFeaturesMixin
 from keras_attn.models.preset_io import PresetMixin
@@ -43,6 +52,7 @@ from keras_attn.models.token_inputs import (
 )
 from keras_attn.validation import (
     check_bool,
+    check_choice,
     check_float_dtype,
     check_positive_int,
 )
@@ -52,13 +62,17 @@ BASE_MODEL_ARGUMENTS = ("name", "trainable")
 
 
 def check_activation(value, name):
-    """A Keras activation name, serialized activation or callable."""
+    """A Keras activation (name, serialized or callable) or a gated one's
+    name (`keras_attn.layers.feed_forward.GATED_ACTIVATIONS`)."""
+    if is_gated(value):
+        return value
     try:
         keras.activations.get(value)
     except (TypeError, ValueError) as error:
         raise ValueError(
-            f"`{name}` must name a Keras activation (e.g. 'relu', 'gelu') or "
-            f"be a callable. Received: {name}={value!r:.100} ({error})"
+            f"`{name}` must name a Keras activation (e.g. 'relu', 'gelu'), a "
+            f"gated one ({', '.join(GATED_ACTIVATIONS)}) or be a callable. "
+            f"Received: {name}={value!r:.100} ({error})"
         ) from error
     return value
 
@@ -177,12 +191,42 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
             f"{', '.join(hints)}. Valid arguments: {valid}"
         )
 
+    def _check_block_variants(
+        self, num_key_value_heads, qk_norm, use_bias, normalization
+    ):
+        """Checks and stores the attention variants of every model's blocks.
+
+        Called in a subclass's constructor after `self.num_heads` is set:
+        `num_key_value_heads` (`None`: `num_heads`) must divide it.
+        """
+        self.num_key_value_heads = check_num_key_value_heads(
+            num_key_value_heads, self.num_heads
+        )
+        self.qk_norm = check_bool(qk_norm, "qk_norm")
+        self.use_bias = check_bool(use_bias, "use_bias")
+        self.normalization = check_choice(
+            normalization, "normalization", NORMALIZATIONS
+        )
+
+    def _block_variants_config(self):
+        """The `get_config` entries of `_check_block_variants`' arguments."""
+        return {
+            "num_key_value_heads": self.num_key_value_heads,
+            "qk_norm": self.qk_norm,
+            "use_bias": self.use_bias,
+            "normalization": self.normalization,
+        }
+
     # === Sub-layers that every model builds the same way ===
 
     def _transformer_blocks(
         self, block_class, count, prefix, dtype, normalize_first=None
     ):
-        """`count` blocks named `f"{prefix}_{i}"`, configured from `self`."""
+        """`count` blocks named `f"{prefix}_{i}"`, configured from `self`.
+
+        With the position scheme's `block_arguments()` (a rotary scheme's
+        rotation; `{}` for the others).
+        """
         if normalize_first is None:
             normalize_first = self.normalize_first
         return [
@@ -194,19 +238,32 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
                 activation=self.activation,
                 layer_norm_epsilon=self.layer_norm_epsilon,
                 normalize_first=normalize_first,
+                normalization=self.normalization,
+                use_bias=self.use_bias,
+                num_key_value_heads=self.num_key_value_heads,
+                qk_norm=self.qk_norm,
                 flash_attention=self.flash_attention,
                 dtype=dtype,
                 name=f"{prefix}_{i}",
+                **self.position_scheme.block_arguments(),
             )
             for i in range(count)
         ]
 
-    def _layer_normalization(self, dtype, name):
+    def _normalization(self, dtype, name):
+        """A model-level norm (`output_norm`, ...) of `self.normalization`."""
+        if self.normalization == "rms":
+            return RMSNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=dtype, name=name
+            )
         # Keras's own class, not `LayerNorm`: a functional model's weights file
         # names each layer's weights after its class (`layer_normalization`), so
         # the shipped presets' model-level norms load only into this class.
         return keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=dtype, name=name
+            epsilon=self.layer_norm_epsilon,
+            center=self.use_bias,
+            dtype=dtype,
+            name=name,
         )
 
     def _token_embedding(self, dtype, name):
@@ -260,18 +317,22 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
 
         Returns:
             A tuple of `(keys, values)`, each `(batch, max_length,
-            num_heads, head_dim)` zeros in the layers' compute dtype.
+            num_key_value_heads, head_dim)` zeros in the layers' compute
+            dtype: the cache holds the key/value heads only (fewer than
+            the query heads with grouped-query attention).
         """
         if not ops.is_tensor(max_length):
             max_length = check_positive_int(max_length, "max_length")
             self._check_positions(max_length, "max_length", f"max_length={max_length}")
-        head_dim = self.hidden_dim // self.num_heads
-        # (batch, max_length, num_heads, head_dim)
-        slots = ops.zeros(
-            (batch_size, max_length, self.num_heads, head_dim),
-            dtype=self._layers_dtype_policy.compute_dtype,
-        )
-        return tuple((slots, slots) for _ in decoder_blocks)
+        caches = []
+        for block in decoder_blocks:
+            # (batch, max_length, num_key_value_heads, head_dim)
+            slots = ops.zeros(
+                (batch_size, max_length, block.num_key_value_heads, block.head_dim),
+                dtype=self._layers_dtype_policy.compute_dtype,
+            )
+            caches.append((slots, slots))
+        return tuple(caches)
 
     # === Calls ===
 

@@ -120,7 +120,7 @@ def test_bfloat16_inputs_are_normalized_in_float32():
 
 @pytest.mark.parametrize(
     "arguments",
-    [dict(axis=(1, 2)), dict(rms_scaling=True), dict(center=False), dict(scale=False)],
+    [dict(axis=(1, 2)), dict(rms_scaling=True), dict(scale=False)],
 )
 def test_other_arguments_fall_back_to_keras(arguments):
     x, _, _, _ = inputs()
@@ -134,6 +134,32 @@ def test_other_arguments_fall_back_to_keras(arguments):
         ops.convert_to_numpy(keras_norm(x)),
         rtol=1e-6,
         atol=1e-6,
+    )
+
+
+def test_without_center_same_outputs_and_training_step_as_keras():
+    # `center=False` (the blocks' `use_bias=False`): no `beta`, the
+    # written-out gradient with a zero offset.
+    x, gamma, _, y = inputs(shape=(4, 6, 16), seed=3)
+    ours = LayerNorm(epsilon=EPSILON, center=False)
+    keras_norm = keras.layers.LayerNormalization(epsilon=EPSILON, center=False)
+    for layer in (ours, keras_norm):
+        layer.build(x.shape)
+        layer.set_weights([np.random.default_rng(4).normal(size=(16,))])
+    assert [w.path.split("/")[-1] for w in ours.weights] == ["gamma"]
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ours(x)),
+        numpy_layer_norm(x, ops.convert_to_numpy(ours.gamma), 0.0),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    assert_same_sgd_step(ours, keras_norm, x, y)
+    weights = ops.convert_to_tensor(y)
+    np.testing.assert_allclose(
+        gradient(lambda t: ours(t) * weights, x),
+        gradient(lambda t: keras_norm(t) * weights, x),
+        rtol=1e-4,
+        atol=1e-5,
     )
 
 

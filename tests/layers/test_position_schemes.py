@@ -1,10 +1,12 @@
-"""`keras_attn.layers.position_schemes`: the registry and the first two schemes.
+"""`keras_attn.layers.position_schemes`: the registry, the first two schemes
+and rotary's answers.
 
 What a model asks of its position scheme is answered the same way for the
 paper's sinusoids and for learned positions, and their layers give what
 `TokenAndPositionEmbedding` added before the schemes existed (NumPy
 references of section 3.5). A scheme registered from outside plugs into
-`TokenAndPositionEmbedding` without touching it.
+`TokenAndPositionEmbedding` without touching it. The rotary scheme's
+models: tests/models/test_modern_models.py.
 """
 
 import dataclasses
@@ -23,8 +25,11 @@ from keras_attn.layers import (
     position_schemes,
 )
 from keras_attn.layers.position_schemes import (
+    AlibiPositions,
     LearnedPositions,
     PositionScheme,
+    RelativePositions,
+    RotaryPositions,
     SinusoidalPositions,
 )
 
@@ -54,9 +59,10 @@ def test_a_scheme_object_is_returned_as_it_is():
     assert position_schemes.get(scheme) is scheme
 
 
-@pytest.mark.parametrize("identifier", ["rotary", "", None, ["learned"]])
+@pytest.mark.parametrize("identifier", ["rope", "", None, ["learned"]])
 def test_an_unknown_name_lists_the_known_ones(identifier):
-    with pytest.raises(ValueError, match=r"must be one of \['alibi', 'learned', 'relative', 'sinusoidal'"):
+    known = r"\['alibi', 'learned', 'relative', 'rotary', 'sinusoidal'\]"
+    with pytest.raises(ValueError, match=r"must be one of " + known):
         position_schemes.get(identifier, sequence_length=4)
 
 
@@ -91,6 +97,84 @@ def test_the_interface_alone_encodes_nothing():
     assert not scheme.adds_to_embeddings and scheme.position_layer() is None
     assert scheme.max_length is None and scheme.attention_bias(3, 3) is None
     assert scheme.check_embedding_dim(7, "hidden_dim") == 7
+    assert scheme.block_arguments() == {}
+
+
+@pytest.mark.parametrize(
+    "scheme",
+    [
+        SinusoidalPositions(),
+        LearnedPositions(8),
+        AlibiPositions(2),
+        RelativePositions(2),
+    ],
+    ids=["sinusoidal", "learned", "alibi", "relative"],
+)
+def test_only_rotary_gives_the_blocks_arguments(scheme):
+    # The models build their blocks with these: `{}` keeps today's blocks.
+    assert scheme.block_arguments() == {}
+    assert scheme.rotates_queries_and_keys is None
+
+
+# --- Rotary ----------------------------------------------------------------------
+
+
+def test_rotary_is_registered_and_sized_by_the_models_heads():
+    scheme = position_schemes.get("rotary", sequence_length=16, num_heads=4)
+    assert scheme == RotaryPositions(num_heads=4)
+    assert scheme.rotates_queries_and_keys is True
+    # Nothing learned per position: no length limit, no layer, no bias.
+    assert scheme.max_length is None and not scheme.adds_to_embeddings
+    assert scheme.position_layer() is None
+    assert not scheme.biases_attention_scores
+    assert scheme.attention_bias(3, 3) is None
+    assert scheme.attention_bias_layer(bidirectional=False) is None
+
+
+def test_rotary_block_arguments_are_the_blocks_rotation():
+    assert RotaryPositions(4).block_arguments() == {"rotary_max_wavelength": 10000.0}
+    scaled = RotaryPositions(4, max_wavelength=500, scaling_factor=2)
+    assert scaled.block_arguments() == {
+        "rotary_max_wavelength": 500.0,
+        "rotary_scaling_factor": 2.0,
+    }
+
+
+def test_rotary_needs_an_even_head_size_named_by_the_caller():
+    assert RotaryPositions(4).check_embedding_dim(64, "hidden_dim") == 64
+    # 12 / 4 = 3 features a head: they cannot rotate in pairs.
+    with pytest.raises(
+        ValueError, match=r"`hidden_dim` / `num_heads`.*hidden_dim=12, num_heads=4"
+    ):
+        RotaryPositions(4).check_embedding_dim(12, "hidden_dim")
+    with pytest.raises(ValueError, match="hidden_dim=10, num_heads=4"):
+        RotaryPositions(4).check_embedding_dim(10, "hidden_dim")
+    # An odd model dimension is fine when each head's share is even.
+    assert RotaryPositions(3).check_embedding_dim(6, "hidden_dim") == 6
+    # Without heads (an embedding layer), nothing is rotated or checked.
+    assert RotaryPositions().check_embedding_dim(7, "embedding_dim") == 7
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(num_heads=0), "num_heads=0"),
+        (dict(max_wavelength=0.0), "max_wavelength=0.0"),
+        (dict(scaling_factor=-1.0), "scaling_factor=-1.0"),
+    ],
+)
+def test_rotary_refuses_bad_sizes_by_name(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        RotaryPositions(**arguments)
+
+
+def test_the_embedding_adds_nothing_with_rotary_positions():
+    layer = TokenAndPositionEmbedding(11, 6, 7, position="rotary")
+    assert layer.position_encoding is None
+    ids = np.array([[3, 1, 4]], "int32")
+    outputs = ops.convert_to_numpy(layer(ids))
+    tokens = ops.convert_to_numpy(layer.token_embedding.embeddings)[ids[0]]
+    np.testing.assert_allclose(outputs[0], tokens * math.sqrt(7), rtol=1e-6)
 
 
 def test_sinusoids_need_an_even_dimension_named_by_the_caller():

@@ -122,8 +122,8 @@ def test_odd_dimension_with_sinusoids_is_rejected():
 
 
 def test_unknown_position_kind():
-    with pytest.raises(ValueError, match="position='rotary'"):
-        TokenAndPositionEmbedding(**init_kwargs(position="rotary"))
+    with pytest.raises(ValueError, match="position='rope'"):
+        TokenAndPositionEmbedding(**init_kwargs(position="rope"))
 
 
 def test_learned_positions_too_long():

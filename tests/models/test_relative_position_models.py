@@ -99,11 +99,32 @@ def test_the_bias_layer_config_round_trips():
     layer = RelativeBias(2, num_buckets=8, max_distance=20, bidirectional=False)
     config = layer.get_config()
     assert RelativeBias.from_config(config).get_config() == config
+    # The arguments are `RelativePositionBias`'s, checked by it.
+    assert config == {
+        **config,
+        **{
+            name: value
+            for name, value in layer.relative_position_bias.get_config().items()
+            if name not in ("name", "dtype", "trainable")
+        },
+    }
+    with pytest.raises(ValueError, match="num_heads=0"):
+        RelativeBias(0)
+
+
+def test_each_stacks_weight_is_saved_under_its_bias_layer():
+    # The paths of the files saved since `position="relative"` exists.
+    model = make_model("transformer", position="relative")
+    paths = sorted(w.path for w in model.weights if "position_bias" in w.path)
+    assert paths == [
+        "decoder_position_bias/relative_position_bias/embeddings",
+        "encoder_position_bias/relative_position_bias/embeddings",
+    ]
 
 
 def test_an_unknown_position_lists_relative():
     with pytest.raises(ValueError, match=r"must be one of \[.*'relative'.*\]"):
-        make_model("lm", position="rotary")
+        make_model("lm", position="t5")
 
 
 # --- What the models' blocks receive ---------------------------------------------

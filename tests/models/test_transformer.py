@@ -299,8 +299,8 @@ def test_unknown_preset_lists_known_names():
 
 
 def test_unknown_position_kind():
-    with pytest.raises(ValueError, match="position='rotary'"):
-        tiny(position="rotary")
+    with pytest.raises(ValueError, match="position='rope'"):
+        tiny(position="rope")
 
 
 def test_pad_id_outside_vocabulary():
