@@ -19,6 +19,11 @@ MODEL_SETTINGS = (
     "dropout",
     "attention_dropout",
     "normalize_first",
+    "position",
+    "activation",
+    "normalization",
+    "num_key_value_heads",
+    "use_bias",
     "vocabulary_size",
     "train_pairs",
     "max_length",
@@ -55,6 +60,16 @@ class TranslationConfig:
     # None keeps the preset's value.
     attention_dropout: float | None = None
     normalize_first: bool = False
+    # The attention variants (docs/attention_variants.md); None keeps the
+    # preset's value: `position` ("sinusoidal", "rotary", "relative", ...),
+    # the feed-forward `activation` ("relu", "swiglu", ...),
+    # `normalization` ("layer" or "rms"), grouped-query
+    # `num_key_value_heads`, `use_bias`.
+    position: str | None = None
+    activation: str | None = None
+    normalization: str | None = None
+    num_key_value_heads: int | None = None
+    use_bias: bool | None = None
     vocabulary_size: int = 8000
     train_pairs: int | None = None  # None: all 29,000
     train_steps: int | None = None  # optimizer updates; or `epochs`
@@ -118,6 +133,11 @@ class TranslationConfig:
             "intermediate_dim",
             "dropout",
             "attention_dropout",
+            "position",
+            "activation",
+            "normalization",
+            "num_key_value_heads",
+            "use_bias",
         )
         overrides = {
             f: getattr(self, f) for f in fields if getattr(self, f) is not None
@@ -206,6 +226,11 @@ def _field_checks():
         "dropout": optional_rate,
         "attention_dropout": optional_rate,
         "normalize_first": check_bool,
+        "position": functools.partial(check_string, allow_none=True),
+        "activation": functools.partial(check_string, allow_none=True),
+        "normalization": functools.partial(check_string, allow_none=True),
+        "num_key_value_heads": optional_positive,
+        "use_bias": functools.partial(check_bool, allow_none=True),
         "vocabulary_size": positive,
         "train_pairs": optional_positive,
         "train_steps": optional_positive,

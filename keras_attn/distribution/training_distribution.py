@@ -101,7 +101,13 @@ class TrainingDistribution:
             `batch_size`, unchanged.
         """
         sizes = _check_batch_sizes(batch_size, name)
-        bad = [size for size in sizes if size % self.num_replicas]
+        full_batches = sizes
+        if num_examples is not None and len(sizes) == 1:
+            # Fewer examples than one batch: no batch of `batch_size` rows
+            # exists, only the last (checked below).
+            num_examples = check_positive_int(num_examples, "num_examples")
+            full_batches = [] if num_examples < sizes[0] else sizes
+        bad = [size for size in full_batches if size % self.num_replicas]
         if bad:
             received = batch_size if len(sizes) == 1 else sorted(set(sizes))
             raise ValueError(

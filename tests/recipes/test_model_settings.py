@@ -2,6 +2,8 @@
 residual branches, `attention_dropout` on the attention weights; `None`
 keeps the preset's values."""
 
+import pytest
+
 import keras_attn
 from keras_attn_recipes.translation_config import SETTINGS
 from keras_attn_recipes.translation_steps import build_model
@@ -28,3 +30,30 @@ def test_unset_model_settings_keep_the_presets_values():
     for name in ("dropout", "attention_dropout"):
         assert model.get_config()[name] == preset.get_config()[name]
     assert _attention_dropouts(model) == _attention_dropouts(preset)
+
+
+def test_attention_variant_settings_reach_every_block():
+    config = SETTINGS["tiny"].replace(
+        position="rotary",
+        activation="swiglu",
+        normalization="rms",
+        num_key_value_heads=1,
+        use_bias=False,
+    )
+    model = build_model(config, vocabulary_size=64)
+    for name, value in (
+        ("position", "rotary"),
+        ("activation", "swiglu"),
+        ("normalization", "rms"),
+        ("num_key_value_heads", 1),
+        ("use_bias", False),
+    ):
+        assert model.get_config()[name] == value
+    blocks = list(model.encoder_blocks) + list(model.decoder_blocks)
+    assert {block.num_key_value_heads for block in blocks} == {1}
+    assert not [w.path for w in model.weights if w.path.endswith("/bias")]
+
+
+def test_a_variant_setting_is_checked_when_the_setting_is_made():
+    with pytest.raises(TypeError, match="use_bias"):
+        SETTINGS["tiny"].replace(use_bias="no")
