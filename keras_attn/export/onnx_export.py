@@ -49,11 +49,12 @@ def _input_signature(model, batch_size, sequence_length):
 def export_onnx(model, path, batch_size=None, sequence_length=None, opset_version=None):
     """Writes a zoo model's forward pass (`model(inputs)`) as an ONNX file.
 
-    On TensorFlow and JAX the batch and sequence dimensions stay dynamic
-    unless given. On torch Keras exports dynamic shapes through the
-    TorchScript exporter, which fails on Keras's layer normalization, so
-    `batch_size` and, for token inputs, `sequence_length` are required
-    there: the file then takes exactly that shape.
+    The batch and sequence dimensions stay dynamic unless given. On torch,
+    Keras exports dynamic shapes through the TorchScript exporter, which
+    fails on Keras's layer normalization; there the dynamic export goes
+    through `torch.export` and torch's ONNX exporter directly (one batch
+    dimension shared by the inputs, one length per token input), and
+    Keras's own export serves fixed shapes.
 
     Args:
         model: a built zoo model (`Transformer`, `TransformerLM`,
@@ -80,28 +81,71 @@ def export_onnx(model, path, batch_size=None, sequence_length=None, opset_versio
         sequence_length = check_positive_int(sequence_length, "sequence_length")
     backend = keras.backend.backend()
     signature = _input_signature(model, batch_size, sequence_length)
-    if backend == "torch":
-        missing = [
-            f"{name}.shape={tuple(spec.shape)}"
-            for name, spec in _named_specs(signature).items()
-            if None in spec.shape
-        ]
-        if missing:
-            raise ValueError(
-                "On the torch backend ONNX export needs fixed shapes: pass "
-                "`batch_size` (and `sequence_length` for token inputs). "
-                f"Received: batch_size={batch_size}, "
-                f"sequence_length={sequence_length}, leaving {', '.join(missing)}"
-            )
+    path = Path(path)
+    if backend == "torch" and any(
+        None in spec.shape for spec in _named_specs(signature).values()
+    ):
+        return _export_torch_dynamic(model, path, signature, opset_version)
     if backend == "tensorflow":
         from keras_attn.export.tf2onnx_ops import register_tf2onnx_handlers
 
         register_tf2onnx_handlers()
-    path = Path(path)
     model.export(
         str(path),
         format="onnx",
         input_signature=signature,
+        opset_version=opset_version,
+        verbose=False,
+    )
+    return path
+
+
+def _export_torch_dynamic(model, path, signature, opset_version):
+    """`torch.onnx.export(dynamo=True)` with dynamic batch and lengths."""
+    import torch
+
+    specs = _named_specs(signature)
+    max_length = getattr(model, "max_sequence_length", None)
+    # One batch dimension for every input (their batch sizes must agree).
+    batch = torch.export.Dim("batch", min=1)
+    examples, dynamic_shapes = {}, {}
+    for name, spec in specs.items():
+        # Example sizes of 2 and 3: torch.export specializes sizes 0 and 1.
+        shape = [
+            size if size is not None else (2 if axis == 0 else 3)
+            for axis, size in enumerate(spec.shape)
+        ]
+        examples[name] = torch.ones(shape, dtype=getattr(torch, spec.dtype))
+        dynamic_shapes[name] = {
+            axis: batch
+            if axis == 0
+            else torch.export.Dim(f"{name}_length", min=1, max=max_length)
+            for axis, size in enumerate(spec.shape)
+            if size is None
+        }
+
+    class _Forward(torch.nn.Module):
+        def __init__(self, zoo_model, names):
+            super().__init__()
+            self.zoo_model = zoo_model
+            self.names = names
+
+        def forward(self, *tensors):
+            inputs = dict(zip(self.names, tensors))
+            if len(inputs) == 1:
+                inputs = tensors[0]
+            return self.zoo_model(inputs)
+
+    names = list(specs)
+    torch.onnx.export(
+        _Forward(model, names).eval(),
+        tuple(examples[name] for name in names),
+        str(path),
+        dynamo=True,
+        # One entry: `forward`'s `*tensors`, a tuple of the inputs.
+        dynamic_shapes=(tuple(dynamic_shapes[name] for name in names),),
+        input_names=names,
+        output_names=["output_0"],
         opset_version=opset_version,
         verbose=False,
     )

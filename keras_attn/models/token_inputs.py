@@ -92,7 +92,9 @@ def check_token_batch(tokens, name, vocabulary_size):
 def check_same_batch_size(named_tensors):
     """Raises if the tensors' known batch sizes differ."""
     sizes = {name: tensor.shape[0] for name, tensor in named_tensors.items()}
-    if len({size for size in sizes.values() if size is not None}) > 1:
+    # Compared, not hashed: under `torch.export` a size is a `SymInt`.
+    known = [size for size in sizes.values() if size is not None]
+    if any(size != known[0] for size in known[1:]):
         received = ", ".join(
             f"{name}.shape={tuple(tensor.shape)}"
             for name, tensor in named_tensors.items()

@@ -27,8 +27,8 @@ BACKEND = keras.backend.backend()
 # float32 reassociation between Keras's kernels and ONNX Runtime's
 # (1.5e-6 measured on the tiny models).
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
-# Dynamic batch and length: two shapes, one artifact (torch: one fixed shape).
-SHAPES = ((2, 5), (3, 9)) if BACKEND != "torch" else ((2, 5),)
+# Dynamic batch and length: two shapes, one artifact.
+SHAPES = ((2, 5), (3, 9))
 
 
 def named(kind, inputs, model):
@@ -43,12 +43,9 @@ def test_onnx_runtime_equals_the_keras_model(kind, tmp_path):
     if BACKEND == "tensorflow":
         pytest.importorskip("tf2onnx")
     model = make_model(kind)
-    fixed = dict(batch_size=2, sequence_length=5) if BACKEND == "torch" else {}
-    path = export_onnx(model, tmp_path / f"{kind}.onnx", **fixed)
+    path = export_onnx(model, tmp_path / f"{kind}.onnx")
     for batch_size, length in SHAPES:
         inputs = make_inputs(kind, batch_size=batch_size, length=length)
-        if kind == "transformer" and BACKEND == "torch":
-            inputs["encoder_tokens"] = inputs["encoder_tokens"][:, :length]
         expected = keras.ops.convert_to_numpy(model(inputs))
         served = run_artifact(RUN_ONNX, path, named(kind, inputs, model), tmp_path)
         assert served.shape == expected.shape
@@ -56,9 +53,13 @@ def test_onnx_runtime_equals_the_keras_model(kind, tmp_path):
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="torch only")
-def test_torch_export_asks_for_fixed_shapes(tmp_path):
-    with pytest.raises(ValueError, match="batch_size.*Received: batch_size=None"):
-        export_onnx(make_model("lm"), tmp_path / "lm.onnx")
+def test_torch_fixed_shapes_go_through_keras_export(tmp_path):
+    model = make_model("lm")
+    path = export_onnx(model, tmp_path / "lm.onnx", batch_size=2, sequence_length=5)
+    inputs = make_inputs("lm", batch_size=2, length=5)
+    expected = keras.ops.convert_to_numpy(model(inputs))
+    served = run_artifact(RUN_ONNX, path, named("lm", inputs, model), tmp_path)
+    np.testing.assert_allclose(served, expected, **TOLERANCE)
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="JAX only")
