@@ -20,7 +20,10 @@ when TensorFlow is first imported (if ever: a JAX run that needs no tf.data
 never imports it), filters standard error for that import and TensorFlow's
 first device query only, dropping lines below the level TensorFlow would
 show, absl's line about `InitializeLog`, and the `cuInit` error when the
-same import said there is no CUDA driver. Everything else passes
+same import said there is no CUDA driver. On the JAX and torch backends,
+where TensorFlow only feeds the model, it also turns off TensorFlow's
+oneDNN rewrites (`TF_ENABLE_ONEDNN_OPTS=0`, unless set): they log an
+error-level int64 notice from the tf.data graphs. Everything else passes
 unchanged, as it is written, and nothing is filtered after that import: a
 real error still shows. `TF_CPP_MIN_LOG_LEVEL=0` shows everything.
 """
@@ -180,6 +183,7 @@ class _QuietImport(importlib.abc.MetaPathFinder):
         def quiet_exec_module(module):
             with contextlib.suppress(ValueError):  # Once.
                 sys.meta_path.remove(self)
+            _input_pipeline_only_onednn()
             try:
                 with _filtered_stderr(min_log_level):
                     exec_module(module)
@@ -191,6 +195,21 @@ class _QuietImport(importlib.abc.MetaPathFinder):
         # TensorFlow's own loader, as it would be.
         loader.exec_module = quiet_exec_module
         return spec
+
+
+def _input_pipeline_only_onednn():
+    """No oneDNN graph rewrites where TensorFlow runs only the input pipeline.
+
+    On the JAX and torch backends TensorFlow runs tf.data and the
+    tokenizers, never the model; its oneDNN rewrite of their int64 graphs
+    logs `E0000 ... util.cc] oneDNN supports DT_INT64 only on platforms
+    with AVX-512`, an error-level line for no error, and speeds up nothing
+    that runs there. Read when TensorFlow loads (the backend is chosen by
+    then); a user's own `TF_ENABLE_ONEDNN_OPTS` wins, and the TensorFlow
+    backend keeps TensorFlow's default.
+    """
+    if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 
 def _query_devices(tensorflow):

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import keras
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKEND = keras.backend.backend()
@@ -248,3 +249,43 @@ def test_importing_the_library_leaves_logging_alone():
     else:
         assert result.stdout.strip() == "False"
         assert_quiet(result.stderr)
+
+
+@pytest.mark.parametrize(
+    "backend, user_setting, seen",
+    [
+        ("jax", None, "0"),
+        ("torch", None, "0"),
+        ("tensorflow", None, "unset"),
+        ("jax", "1", "1"),
+    ],
+)
+def test_onednn_rewrites_are_off_where_tensorflow_only_feeds_the_model(
+    tmp_path, backend, user_setting, seen
+):
+    # What TensorFlow reads when it loads: the oneDNN switch.
+    package = tmp_path / "tensorflow"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import os\nprint('seen', os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'unset'))\n"
+    )
+    program = (
+        "from keras_attn_recipes.quiet_start import quiet_start\n"
+        "quiet_start()\n"
+        "import tensorflow\n"
+    )
+    env = environment(
+        KERAS_BACKEND=backend,
+        PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]),
+    )
+    if user_setting is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = user_setting
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["seen", seen]
