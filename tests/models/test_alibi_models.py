@@ -8,27 +8,19 @@ without the generation loop), its `.keras` file, and the sinusoidal model
 (training on the copy task of `zoo_cases`).
 """
 
-import functools
 import math
 
 import keras
 import numpy as np
 import pytest
-from keras import ops
-from zoo_cases import copy_task, make_inputs, make_model
+from zoo_cases import copy_task, decode_in_steps, make_inputs, make_model, to_numpy
 
 from keras_attn.generation import generate_lm, generate_seq2seq
 from keras_attn.layers import (
     TokenAndPositionEmbedding,
-    TransformerDecoderBlock,
-    TransformerEncoderBlock,
     position_schemes,
 )
 from keras_attn.layers.position_schemes import AlibiPositions
-
-
-def to_numpy(x):
-    return ops.convert_to_numpy(ops.cast(x, "float32"))
 
 
 def paper_slopes(num_heads):
@@ -125,29 +117,6 @@ def test_the_embedding_adds_no_positions():
 # --- What the models' blocks receive ---------------------------------------------
 
 
-@pytest.fixture
-def received_biases(monkeypatch):
-    """`(block name, bias)` of every block call, eager and cached."""
-    received = []
-
-    def record(method, keyword):
-        @functools.wraps(method)
-        def recording(self, *args, **kwargs):
-            received.append((self.name, kwargs.get(keyword)))
-            return method(self, *args, **kwargs)
-
-        return recording
-
-    for block_class, method, keyword in [
-        (TransformerEncoderBlock, "call", "attention_bias"),
-        (TransformerDecoderBlock, "call", "self_attention_bias"),
-        (TransformerDecoderBlock, "call_cached", "self_attention_bias"),
-    ]:
-        original = getattr(block_class, method)
-        monkeypatch.setattr(block_class, method, record(original, keyword))
-    return received
-
-
 # Three heads: the slopes of a head count that is not a power of two.
 THREE_HEADS = dict(hidden_dim=24, num_heads=3, intermediate_dim=48)
 # Each stack's blocks, and whether its queries see later keys.
@@ -198,16 +167,6 @@ def test_a_cached_step_receives_the_bias_at_its_cache_index(received_biases):
 
 
 # --- Cached decoding, saving, length -------------------------------------------------
-
-
-def decode_in_steps(model, tokens, cache, prefill=3):
-    """Logits of a prefill of `prefill` tokens, then one token per step."""
-    logits, cache = model.decode_step(tokens[:, :prefill], cache, 0)
-    steps = [to_numpy(logits)]
-    for index in range(prefill, tokens.shape[1]):
-        logits, cache = model.decode_step(tokens[:, index : index + 1], cache, index)
-        steps.append(to_numpy(logits))
-    return np.concatenate(steps, axis=1)
 
 
 def test_lm_cached_decoding_equals_the_full_pass():

@@ -15,7 +15,7 @@ import functools
 import keras
 import numpy as np
 import pytest
-from keras import ops
+from zoo_cases import decode_in_steps, to_numpy
 
 from keras_attn.generation import generate_lm, greedy_search
 from keras_attn.layers import RMSNormalization
@@ -56,10 +56,6 @@ VARIANTS = {
 KINDS = ("lm", "transformer")
 
 
-def to_numpy(x):
-    return ops.convert_to_numpy(ops.cast(x, "float32"))
-
-
 def build(kind, variant=None, **overrides):
     """A tiny `kind` model with the arguments of `VARIANTS[variant]` (`None`:
     the defaults, today's model)."""
@@ -88,17 +84,6 @@ def inputs_of(kind, length=7):
         "encoder_tokens": tokens(length=length + 1, seed=1),
         "decoder_tokens": tokens(length=length),
     }
-
-
-def decode_in_steps(model, decoder_tokens, cache, prefill=3):
-    """Logits of a prefill of `prefill` tokens, then one token per step."""
-    logits, cache = model.decode_step(decoder_tokens[:, :prefill], cache, 0)
-    steps = [to_numpy(logits)]
-    for index in range(prefill, decoder_tokens.shape[1]):
-        step = decoder_tokens[:, index : index + 1]
-        logits, cache = model.decode_step(step, cache, index)
-        steps.append(to_numpy(logits))
-    return np.concatenate(steps, axis=1)
 
 
 def cached_logits(model, kind, inputs, max_length, prefill=3):

@@ -10,27 +10,17 @@ tests/layers/test_relative_position_bias.py), the same model's full pass
 (cached decoding), its `.keras` file, and training (the weights move).
 """
 
-import functools
-
 import keras
 import numpy as np
 import pytest
-from keras import ops
-from zoo_cases import copy_task, make_inputs, make_model
+from zoo_cases import copy_task, decode_in_steps, make_inputs, make_model, to_numpy
 
 from keras_attn.layers import (
     RelativePositionBias,
     TokenAndPositionEmbedding,
-    TransformerDecoderBlock,
-    TransformerEncoderBlock,
     position_schemes,
 )
 from keras_attn.layers.position_schemes import RelativeBias, RelativePositions
-
-
-def to_numpy(x):
-    return ops.convert_to_numpy(ops.cast(x, "float32"))
-
 
 THREE_HEADS = dict(hidden_dim=24, num_heads=3, intermediate_dim=48)
 # Each stack's blocks, its bias layer, and whether its queries see later keys.
@@ -130,29 +120,6 @@ def test_an_unknown_position_lists_relative():
 # --- What the models' blocks receive ---------------------------------------------
 
 
-@pytest.fixture
-def received_biases(monkeypatch):
-    """`(block name, bias)` of every block call, eager and cached."""
-    received = []
-
-    def record(method, keyword):
-        @functools.wraps(method)
-        def recording(self, *args, **kwargs):
-            received.append((self.name, kwargs.get(keyword)))
-            return method(self, *args, **kwargs)
-
-        return recording
-
-    for block_class, method, keyword in [
-        (TransformerEncoderBlock, "call", "attention_bias"),
-        (TransformerDecoderBlock, "call", "self_attention_bias"),
-        (TransformerDecoderBlock, "call_cached", "self_attention_bias"),
-    ]:
-        original = getattr(block_class, method)
-        monkeypatch.setattr(block_class, method, record(original, keyword))
-    return received
-
-
 @pytest.mark.parametrize("kind", sorted(STACKS))
 def test_every_block_receives_t5s_bias_with_the_models_weights(received_biases, kind):
     model = make_model(kind, position="relative", **THREE_HEADS)
@@ -239,16 +206,6 @@ def test_keras_file_round_trip_gives_identical_outputs(kind, tmp_path):
 
 
 # --- Cached decoding, length -------------------------------------------------------
-
-
-def decode_in_steps(model, tokens, cache, prefill=3):
-    """Logits of a prefill of `prefill` tokens, then one token per step."""
-    logits, cache = model.decode_step(tokens[:, :prefill], cache, 0)
-    steps = [to_numpy(logits)]
-    for index in range(prefill, tokens.shape[1]):
-        logits, cache = model.decode_step(tokens[:, index : index + 1], cache, index)
-        steps.append(to_numpy(logits))
-    return np.concatenate(steps, axis=1)
 
 
 def test_lm_cached_decoding_equals_the_full_pass():

@@ -1,6 +1,7 @@
 """Tiny instances of every zoo model with inputs, shared by feature tests."""
 
 import numpy as np
+from keras import ops
 
 from keras_attn.models import (
     Transformer,
@@ -69,3 +70,18 @@ def copy_task(kind, batch_size=32, seed=0):
         return inputs, (inputs[:, 0] % 3).astype("int32")
     labels = (np.mean(inputs, axis=(1, 2, 3)) > 0).astype("int32")
     return inputs, labels
+
+
+def to_numpy(x):
+    """`x` as a float32 NumPy array (bfloat16 and float16 included)."""
+    return ops.convert_to_numpy(ops.cast(x, "float32"))
+
+
+def decode_in_steps(model, tokens, cache, prefill=3):
+    """Logits of a prefill of `prefill` tokens, then one token per step."""
+    logits, cache = model.decode_step(tokens[:, :prefill], cache, 0)
+    steps = [to_numpy(logits)]
+    for index in range(prefill, tokens.shape[1]):
+        logits, cache = model.decode_step(tokens[:, index : index + 1], cache, index)
+        steps.append(to_numpy(logits))
+    return np.concatenate(steps, axis=1)
