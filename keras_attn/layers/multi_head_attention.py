@@ -1,4 +1,12 @@
-"""Multi-head attention, section 3.2.2 of the paper."""
+"""Multi-head attention, section 3.2.2 of the paper.
+
+The constructor, `build` and `call` read here; the layer's other parts are
+mixins in the `multi_head_attention_*` modules beside it: `projections`
+(the sub-layers' factory), `override` (Keras's `_compute_attention`),
+`key_value` (`compute_key_value` / `call_with_key_value`, for a cache),
+`over_axes` (inputs of rank > 3), `config` (output shapes, `get_config`)
+and `names` (Keras's read-only names).
+"""
 
 import math
 
@@ -18,11 +26,18 @@ from keras_attn.layers.attention_axes import (
     normalize_attention_axes,
     projection_equation,
 )
-from keras_attn.layers.attention_core import as_attention_bias, compute_attention
-from keras_attn.layers.attention_projection import AttentionProjection
-from keras_attn.layers.masking import as_bool_mask, merge_attention_masks
-from keras_attn.layers.masks_over_axes import masks_to_sequence
+from keras_attn.layers.attention_core import as_attention_bias
+from keras_attn.layers.masking import merge_attention_masks
+from keras_attn.layers.multi_head_attention_config import MultiHeadAttentionConfig
+from keras_attn.layers.multi_head_attention_key_value import KeyValueAttention
 from keras_attn.layers.multi_head_attention_names import MultiHeadAttentionNames
+from keras_attn.layers.multi_head_attention_over_axes import AttentionOverAxes
+from keras_attn.layers.multi_head_attention_override import (
+    ComputeAttentionOverride,
+)
+from keras_attn.layers.multi_head_attention_projections import (
+    MultiHeadAttentionProjections,
+)
 from keras_attn.layers.query_key_heads import (
     HeadRotation,
     check_num_key_value_heads,
@@ -39,14 +54,16 @@ from keras_attn.validation import (
 )
 
 
-def _clone(initializer):
-    """A fresh copy of `initializer`: an unseeded initializer draws one seed
-    when created, so sub-layers sharing one instance would start equal."""
-    return initializer.__class__.from_config(initializer.get_config())
-
-
 @keras.saving.register_keras_serializable(package="keras_attn")
-class MultiHeadAttention(MultiHeadAttentionNames, keras.layers.Layer):
+class MultiHeadAttention(
+    MultiHeadAttentionNames,
+    MultiHeadAttentionConfig,
+    ComputeAttentionOverride,
+    KeyValueAttention,
+    AttentionOverAxes,
+    MultiHeadAttentionProjections,
+    keras.layers.Layer,
+):
     """Multi-head attention: `Concat(head_1, ..., head_h) W^O`.
 
     Each head is `Attention(Q W_i^Q, K W_i^K, V W_i^V)` (equation (1) of the
@@ -267,28 +284,6 @@ class MultiHeadAttention(MultiHeadAttentionNames, keras.layers.Layer):
 
     # --- Building ------------------------------------------------------------
 
-    def _projection(self, equation, output_shape, bias_axes, name, activation=None):
-        projection = AttentionProjection(
-            equation,
-            output_shape=output_shape,
-            bias_axes=bias_axes if self._use_bias else None,
-            activation=activation,
-            kernel_initializer=_clone(self._kernel_initializer),
-            bias_initializer=_clone(self._bias_initializer),
-            kernel_regularizer=self._kernel_regularizer,
-            bias_regularizer=self._bias_regularizer,
-            activity_regularizer=self._activity_regularizer,
-            kernel_constraint=self._kernel_constraint,
-            bias_constraint=self._bias_constraint,
-            dtype=self.dtype_policy,
-            name=name,
-        )
-        # This layer applies the Keras masks of its inputs itself; without
-        # this, every call on mask-carrying inputs (`mask_zero=True`
-        # embeddings) warns that the projection "will destroy the mask".
-        projection.supports_masking = True
-        return projection
-
     def build(self, query_shape, value_shape, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
         check_input_shapes(query_shape, value_shape, key_shape)
@@ -338,103 +333,6 @@ class MultiHeadAttention(MultiHeadAttentionNames, keras.layers.Layer):
 
     # --- Attention -----------------------------------------------------------
 
-    def _compute_attention(
-        self,
-        query,
-        key,
-        value,
-        attention_mask=None,
-        training=None,
-        return_attention_scores=False,
-        use_causal_mask=False,
-        attention_bias=None,
-    ):
-        """Attention on projected heads: the override point of Keras's layer.
-
-        `call` and `call_with_key_value` project their inputs and hand the
-        heads here. With `attention_axes`, the axes not attended over have
-        joined the batch and the attended ones are one length, so this
-        method always sees sequences.
-
-        Args:
-            query: projected queries `(batch, query_length, num_heads,
-                key_dim)`.
-            key: projected keys `(batch, key_length, num_key_value_heads,
-                key_dim)`.
-            value: projected values `(batch, key_length,
-                num_key_value_heads, value_dim)`.
-            attention_mask: optional boolean mask `(batch, query_length,
-                key_length)` or `(batch, num_heads, query_length,
-                key_length)` (or a shape that broadcasts to it).
-            training: bool, whether dropout is active.
-            return_attention_scores: bool, whether to compute the weights.
-            use_causal_mask: bool, whether to apply the causal mask as
-                well (`call` passes it only when it is the only mask, so
-                the backend's causal kernel runs). Defaults to `False`.
-            attention_bias: optional float tensor broadcastable to
-                `(batch, num_heads, query_length, key_length)`, added to
-                the scaled scores. Defaults to `None`.
-
-        Returns:
-            `(attention_output, attention_scores)`: `(batch, query_length,
-            num_heads, value_dim)` and the weights `(batch, num_heads,
-            query_length, key_length)`, or `None` unless
-            `return_attention_scores=True`.
-        """
-        if len(query.shape) != 4:
-            raise ValueError(
-                "`_compute_attention` takes projected heads `(batch, length, "
-                "num_heads, head_dim)`. Received: "
-                f"query.shape={tuple(query.shape)}"
-            )
-        return compute_attention(
-            query,
-            key,
-            value,
-            mask=attention_mask,
-            bias=attention_bias,
-            is_causal=use_causal_mask,
-            scale=self._inverse_sqrt_key_dim,
-            dropout_rate=self._dropout,
-            training=training,
-            seed_generator=self.seed_generator,
-            return_attention_scores=return_attention_scores,
-            flash_attention=self._flash_attention,
-        )
-
-    def _overrides_compute_attention(self):
-        return (
-            type(self)._compute_attention is not MultiHeadAttention._compute_attention
-        )
-
-    def _call_compute_attention(
-        self,
-        queries,
-        keys,
-        values,
-        mask,
-        bias,
-        training,
-        return_attention_scores,
-        causal_only=False,
-    ):
-        """`_compute_attention` with only the arguments a subclass's
-        override of Keras's older signature takes, unless set."""
-        extra = {}
-        if causal_only:
-            extra["use_causal_mask"] = True
-        if bias is not None:
-            extra["attention_bias"] = bias
-        return self._compute_attention(
-            queries,
-            keys,
-            values,
-            mask,
-            training,
-            return_attention_scores,
-            **extra,
-        )
-
     def _sequence_bias(self, attention_bias, query, key):
         """`attention_bias`, checked against the scores `(batch, num_heads,
         query_length, key_length)` of a call on sequences."""
@@ -456,86 +354,6 @@ class MultiHeadAttention(MultiHeadAttentionNames, keras.layers.Layer):
         `(batch, query_length, num_heads, key_dim)`."""
         queries = self._query_dense(query)
         return transform_heads(queries, self.query_norm, self._rotation, start_index)
-
-    def compute_key_value(self, value, key=None, start_index=0):
-        """Projects keys and values into heads (the cacheable half of a call).
-
-        Keys are normalized (`qk_norm`) and rotated (rotary positions) here,
-        so a cache stores them ready to attend.
-
-        Args:
-            value: tensor `(batch, key_length, value_features)`.
-            key: optional tensor `(batch, key_length, key_features)`.
-                Defaults to `value`.
-            start_index: int or scalar int tensor, the position of the first
-                key (the cache index), for rotary positions. Defaults to `0`.
-
-        Returns:
-            `(keys, values)` of shapes `(batch, key_length,
-            num_key_value_heads, key_dim)` and `(batch, key_length,
-            num_key_value_heads, value_dim)`.
-        """
-        key = value if key is None else key
-        check_key_value_shapes(value.shape, key.shape)
-        keys = transform_heads(
-            self._key_dense(key), self.key_norm, self._rotation, start_index
-        )
-        return keys, self._value_dense(value)
-
-    def call_with_key_value(
-        self,
-        query,
-        keys,
-        values,
-        attention_mask=None,
-        attention_bias=None,
-        return_attention_scores=False,
-        training=None,
-        start_index=0,
-    ):
-        """Attends from `query` to keys and values already projected.
-
-        This is the decoding path: `keys`/`values` come from
-        `compute_key_value`, once per sentence for cross-attention and
-        growing by one position per step for self-attention. The mask is
-        used as given: `sliding_window` is not applied here (the caller
-        knows the positions).
-
-        Args:
-            query: tensor `(batch, query_length, query_dim)`.
-            keys: tensor `(batch, key_length, num_key_value_heads,
-                key_dim)`.
-            values: tensor `(batch, key_length, num_key_value_heads,
-                value_dim)`.
-            attention_mask: optional boolean
-                `(batch, query_length, key_length)` or
-                `(batch, num_heads, query_length, key_length)`.
-            attention_bias: optional float tensor broadcastable to
-                `(batch, num_heads, query_length, key_length)`. Defaults to
-                `None`.
-            return_attention_scores: bool. Defaults to `False`.
-            training: bool, whether dropout is active. Defaults to `None`.
-            start_index: int or scalar int tensor, the position of the first
-                query (the cache index), for rotary positions. Defaults to
-                `0`.
-
-        Returns:
-            As `call`.
-        """
-        if self._layout is not None:
-            raise ValueError(
-                "`call_with_key_value` attends along one sequence axis; layer "
-                f"{self.name} was built for inputs of rank {self._layout.rank}. "
-                "Call the layer instead."
-            )
-        mask = as_bool_mask(attention_mask, "attention_mask")
-        bias = self._sequence_bias(attention_bias, query, keys)
-        # (batch, query_length, num_heads, key_dim)
-        queries = self._queries(query, start_index)
-        attended, scores = self._call_compute_attention(
-            queries, keys, values, mask, bias, training, return_attention_scores
-        )
-        return self._project_output(query, attended, scores, return_attention_scores)
 
     def call(
         self,
@@ -600,145 +418,3 @@ class MultiHeadAttention(MultiHeadAttentionNames, keras.layers.Layer):
             causal_only,
         )
         return self._project_output(query, attended, scores, return_attention_scores)
-
-    def _call_over_axes(
-        self,
-        query,
-        value,
-        key,
-        masks,
-        attention_bias,
-        return_attention_scores,
-        training,
-        causal_only,
-    ):
-        """`call` for inputs of rank > 3: attention over `attention_axes`.
-
-        The masks use Keras's layout without the heads axis, the bias
-        Keras's scores layout. The attended axes are flattened in
-        row-major order into one sequence (the axes not attended over join
-        the batch); the causal mask and the sliding window run along it
-        (with one attention axis: along that axis).
-        """
-        layout = self._layout
-        # (batch, ..., heads, dim)
-        queries = transform_heads(self._query_dense(query), self.query_norm)
-        keys = transform_heads(self._key_dense(key), self.key_norm)
-        values = self._value_dense(value)
-        # (batch', length, heads, dim)
-        sequence = [layout.to_sequence(x) for x in (queries, keys, values)]
-        mask, bias = masks_to_sequence(
-            layout, masks, attention_bias, (queries, keys), sequence[:2]
-        )
-        attended, scores = self._call_compute_attention(
-            *sequence,
-            mask,
-            bias,
-            training,
-            return_attention_scores,
-            causal_only,
-        )
-        attended = layout.from_sequence(attended, queries)
-        if scores is not None:
-            scores = layout.scores_from_sequence(scores, queries, keys)
-        return self._project_output(query, attended, scores, return_attention_scores)
-
-    # --- Shapes and config ---------------------------------------------------
-
-    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
-        key_shape = value_shape if key_shape is None else key_shape
-        check_key_value_shapes(value_shape, key_shape)
-        return (*tuple(query_shape)[:-1], *(self._output_shape or (query_shape[-1],)))
-
-    def compute_output_spec(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
-        attention_bias=None,
-    ):
-        key_shape = None if key is None else key.shape
-        output = keras.KerasTensor(
-            self.compute_output_shape(query.shape, value.shape, key_shape),
-            dtype=self.compute_dtype,
-        )
-        if not return_attention_scores:
-            return output
-        rank = len(query.shape)
-        if rank == 3:
-            # (batch, num_heads, query_length, key_length)
-            scores_shape = (
-                query.shape[0],
-                self._num_heads,
-                query.shape[1],
-                value.shape[1],
-            )
-        else:
-            axes = normalize_attention_axes(self._attention_axes, rank)
-            scores_shape = AxesLayout(rank, axes).scores_shape(
-                query.shape, value.shape, self._num_heads
-            )
-        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_heads": self._num_heads,
-                "key_dim": self._key_dim,
-                "value_dim": self._value_dim,
-                "dropout": self._dropout,
-                "use_bias": self._use_bias,
-                "output_shape": self._output_shape,
-                "attention_axes": self._attention_axes,
-                "sliding_window": self._sliding_window,
-                "flash_attention": self._flash_attention,
-                "kernel_initializer": keras.initializers.serialize(
-                    self._kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self._bias_initializer
-                ),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self._kernel_regularizer
-                ),
-                "bias_regularizer": keras.regularizers.serialize(
-                    self._bias_regularizer
-                ),
-                "activity_regularizer": keras.regularizers.serialize(
-                    self._activity_regularizer
-                ),
-                "kernel_constraint": keras.constraints.serialize(
-                    self._kernel_constraint
-                ),
-                "bias_constraint": keras.constraints.serialize(self._bias_constraint),
-                "use_gate": self._use_gate,
-                "seed": self.seed,
-            }
-        )
-        # The variants' arguments are written only when set: a default
-        # layer's config stays the one `keras.layers.MultiHeadAttention`
-        # reads, and the one files saved before them hold.
-        variants = {
-            "num_key_value_heads": (self._key_value_heads_argument, None),
-            "qk_norm": (self._qk_norm, False),
-            "qk_norm_epsilon": (self._qk_norm_epsilon, 1e-6),
-            "rotary_max_wavelength": (self._rotary_arguments[0], None),
-            "rotary_scaling_factor": (self._rotary_arguments[1], 1.0),
-            "rotary_dim": (self._rotary_arguments[2], None),
-        }
-        config.update(
-            {
-                name: value
-                for name, (value, default) in variants.items()
-                if value != default
-            }
-        )
-        return config

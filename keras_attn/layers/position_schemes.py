@@ -27,21 +27,19 @@ registered with `@register`. The models pass a scheme's bias to every
 block (`attention_bias=` of an encoder block, `self_attention_bias=` of a
 decoder block), build every block with the scheme's `block_arguments()`,
 and pass nothing at all for the schemes that add to the embeddings, at no
-cost.
+cost. The bias layers a model holds, `PositionBias` and `RelativeBias`,
+are in `keras_attn.layers.position_bias_layers`.
 """
 
 import dataclasses
 import typing
 
 import keras
-from keras import ops
 
 from keras_attn.layers.alibi_bias import alibi_bias
+from keras_attn.layers.position_bias_layers import PositionBias, RelativeBias
 from keras_attn.layers.position_embedding import PositionEmbedding
-from keras_attn.layers.relative_position_bias import (
-    RelativePositionBias,
-    check_bucket_arguments,
-)
+from keras_attn.layers.relative_position_bias import check_bucket_arguments
 from keras_attn.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
@@ -544,149 +542,3 @@ class RotaryPositions(PositionScheme):
         if self.scaling_factor != 1.0:
             arguments["rotary_scaling_factor"] = float(self.scaling_factor)
         return arguments
-
-
-class PositionBias(keras.layers.Layer):
-    """A position scheme's attention bias, as a layer of a model.
-
-    Built by `PositionScheme.attention_bias_layer`, held by the model that
-    names the scheme in its config (this layer has no config of its own).
-
-    Args:
-        scheme: the `PositionScheme` whose `attention_bias` this gives.
-        bidirectional: bool, see `PositionScheme.attention_bias`.
-        **kwargs: base `keras.layers.Layer` arguments.
-
-    Call arguments:
-        query_sequence: tensor `(batch, query_length, ...)`; only its
-            length is used.
-        key_sequence: tensor `(batch, key_length, ...)`. Defaults to
-            `None`, meaning `query_sequence` (self-attention).
-        query_offset: int or scalar int tensor, the position of the first
-            query. Defaults to `0`.
-
-    Returns:
-        The scheme's bias, broadcastable to `(batch, heads, query_length,
-        key_length)`.
-    """
-
-    def __init__(self, scheme, bidirectional, **kwargs):
-        super().__init__(**kwargs)
-        self.scheme = scheme
-        self.bidirectional = bidirectional
-
-    def call(self, query_sequence, key_sequence=None, query_offset=0):
-        if key_sequence is None:
-            key_sequence = query_sequence
-        return self.scheme.attention_bias(
-            ops.shape(query_sequence)[1],
-            ops.shape(key_sequence)[1],
-            query_offset=query_offset,
-            bidirectional=self.bidirectional,
-        )
-
-
-# `RelativePositionBias`'s arguments, the config of a `RelativeBias`.
-_RELATIVE_BIAS_ARGUMENTS = (
-    "num_heads",
-    "num_buckets",
-    "max_distance",
-    "bidirectional",
-    "embeddings_initializer",
-)
-
-
-@keras.saving.register_keras_serializable(package="keras_attn")
-class RelativeBias(keras.layers.Layer):
-    """T5's relative position bias, as a model's bias layer of one stack.
-
-    Built by `RelativePositions.attention_bias_layer`: a
-    `keras_attn.layers.RelativePositionBias` (its weight, `embeddings`
-    `(num_buckets, num_heads)`, saved under this layer's
-    `relative_position_bias`) called with sequences, as a model calls a
-    `PositionBias`. A model calls it once per stack and hands the bias to
-    every block, as T5 computes it in the first layer and shares it. The
-    arguments are `RelativePositionBias`'s, checked and held by it.
-
-    Args:
-        num_heads: int, the number of attention heads.
-        num_buckets: int, the number of distance buckets. Defaults to `32`.
-        max_distance: int, the distance from which all keys share a bucket.
-            Defaults to `128`.
-        bidirectional: bool, `True` for an encoder, `False` for a causal
-            decoder. Defaults to `True`.
-        embeddings_initializer: initializer of the bucket scalars. Defaults
-            to `"random_normal"`.
-        **kwargs: base `keras.layers.Layer` arguments.
-
-    Call arguments:
-        query_sequence: tensor `(batch, query_length, ...)`; only its
-            length is used.
-        key_sequence: tensor `(batch, key_length, ...)`. Defaults to
-            `None`, meaning `query_sequence` (self-attention).
-        query_offset: int or scalar int tensor, the position of the first
-            query. Defaults to `0`.
-
-    Returns:
-        A tensor `(1, num_heads, query_length, key_length)`.
-    """
-
-    def __init__(
-        self,
-        num_heads,
-        num_buckets=32,
-        max_distance=128,
-        bidirectional=True,
-        embeddings_initializer="random_normal",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        # `RelativePositionBias` makes its weight when constructed: made in
-        # this layer's name scope, so that the weight's path names its
-        # stack (`encoder_position_bias/relative_position_bias/embeddings`).
-        with keras.name_scope(self.name):
-            self.relative_position_bias = RelativePositionBias(
-                num_heads,
-                num_buckets=num_buckets,
-                max_distance=max_distance,
-                bidirectional=bidirectional,
-                embeddings_initializer=embeddings_initializer,
-                dtype=self.dtype_policy,
-                name="relative_position_bias",
-            )
-
-    @property
-    def num_heads(self):
-        return self.relative_position_bias.num_heads
-
-    @property
-    def num_buckets(self):
-        return self.relative_position_bias.num_buckets
-
-    @property
-    def max_distance(self):
-        return self.relative_position_bias.max_distance
-
-    @property
-    def bidirectional(self):
-        return self.relative_position_bias.bidirectional
-
-    def build(self, query_sequence_shape, key_sequence_shape=None):
-        # The bias layer holds the weight since it was made.
-        self.built = True
-
-    def call(self, query_sequence, key_sequence=None, query_offset=0):
-        if key_sequence is None:
-            key_sequence = query_sequence
-        # (1, num_heads, query_length, key_length)
-        return self.relative_position_bias(
-            query_length=ops.shape(query_sequence)[1],
-            key_length=ops.shape(key_sequence)[1],
-            query_offset=query_offset,
-        )
-
-    def get_config(self):
-        config = super().get_config()
-        bias_config = self.relative_position_bias.get_config()
-        config.update({name: bias_config[name] for name in _RELATIVE_BIAS_ARGUMENTS})
-        return config
