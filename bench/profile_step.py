@@ -232,7 +232,12 @@ def main():
     parser.add_argument(
         "--model",
         default="keras-attn",
-        choices=["keras-attn", "keras-hub", "keras.layers.MHA"],
+        choices=[
+            "keras-attn",
+            "keras-attn (equal work)",
+            "keras-hub",
+            "keras.layers.MHA",
+        ],
     )
     parser.add_argument("--backend", default="jax", choices=["jax", "tensorflow"])
     parser.add_argument("--steps", type=int, default=5)
@@ -268,13 +273,8 @@ def main():
 
     config = dict(train_throughput.QUICK if args.quick else train_throughput.FULL)
     config["batch_size"], config["length"] = config["shapes"][0]
-    builders = {
-        "keras-attn": train_throughput.build_keras_attn,
-        "keras-hub": train_throughput.build_keras_hub,
-        "keras.layers.MHA": train_throughput.build_keras_mha,
-    }
     keras.utils.set_random_seed(0)
-    model = builders[args.model](config)
+    model = train_throughput.BUILDERS[args.model](config)
     model.compile(
         optimizer=keras.optimizers.Adam(1e-4),
         loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.0),

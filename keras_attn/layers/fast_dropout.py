@@ -37,26 +37,58 @@ def quantized_dropout_rate(rate):
     return quantized
 
 
+def _split_axis(shape):
+    """The last axis of static, even size (`None` if there is none)."""
+    for axis in range(len(shape) - 1, -1, -1):
+        if shape[axis] is not None and shape[axis] % 2 == 0:
+            return axis
+    return None
+
+
+def applied_dropout_rate(rate):
+    """The drop probability `fast_dropout(x, rate)` applies on this backend.
+
+    Args:
+        rate: float in `[0, 1)`, the requested dropout rate.
+
+    Returns:
+        `rate` itself on torch and for rates `quantized_dropout_rate` leaves
+        exact; else the rate at a resolution of 1/2048 (0.1 becomes 0.10010)
+        for inputs with an axis of even size.
+    """
+    if keras.backend.backend() == "torch":
+        return rate
+    quantized = quantized_dropout_rate(rate)
+    return rate if quantized is None else quantized
+
+
 def fast_dropout(inputs, rate, seed=None):
     """Inverted dropout with half the random numbers of `keras.random.dropout`.
 
-    Random number generation is a large part of dropout's cost on a CPU
-    (JAX's threefry hash in particular): `keras.random.dropout` draws one
-    32-bit number per input. Here every uniform float32 draw, which holds
-    23 random bits, is split into two independent 11-bit uniforms that
-    decide two inputs (`x[..., i]` and `x[..., i + features // 2]`), so
-    half as many numbers are drawn.
+    Random number generation is a large part of dropout's cost on JAX and
+    TensorFlow (JAX's threefry hash in particular): `keras.random.dropout`
+    draws one 32-bit number per input. Here every uniform float32 draw,
+    which holds 23 random bits, is split into two independent 11-bit
+    uniforms that decide two inputs (`x[..., i, ...]` and
+    `x[..., i + n // 2, ...]` along the last axis of even size `n`: the
+    features of a hidden state, the keys of attention weights, or else an
+    earlier axis), so half as many numbers are drawn.
 
     The rate is applied at a resolution of 1/2048: the rate used is
     `round(rate * 2048) / 2048` (0.1 becomes 0.10010), and the kept inputs
     are scaled by `1 / (1 - rate used)`, so the expected output equals the
     input exactly. Rates whose drop or keep probability that resolution
     misses by more than 1% (below about 0.025 or above about 0.975), and
-    inputs with an odd or unknown feature size, fall back to
+    inputs with no axis of even static size, fall back to
     `keras.random.dropout`, which is exact: every rate in `[0, 1)` works.
 
+    On torch every rate is `keras.random.dropout`, exact: there it is
+    torch's own dropout kernel, one pass that draws cheap random numbers,
+    and the split above would add element-wise passes to an eager step.
+    `applied_dropout_rate(rate)` gives the rate used on the current backend.
+
     Args:
-        inputs: float tensor `(..., features)`.
+        inputs: float tensor of any rank.
         rate: float in `[0, 1)`, the fraction of inputs to zero.
         seed: `keras.random.SeedGenerator` or int. Defaults to `None`.
 
@@ -74,19 +106,20 @@ def fast_dropout(inputs, rate, seed=None):
         Srivastava et al., "Dropout: A Simple Way to Prevent Neural Networks
         from Overfitting", 2014; Vaswani et al., 2017, section 5.4.
     """
-    features = inputs.shape[-1]
     quantized = quantized_dropout_rate(rate)
-    if quantized is None or features is None or features % 2:
+    axis = _split_axis(inputs.shape)
+    if quantized is None or axis is None or keras.backend.backend() == "torch":
         return keras.random.dropout(inputs, rate, seed=seed)
-    half_shape = (*ops.shape(inputs)[:-1], features // 2)
-    # (..., features // 2), uniform on [0, 1) in steps of 2**-23
+    shape = ops.shape(inputs)
+    half_shape = (*shape[:axis], inputs.shape[axis] // 2, *shape[axis + 1 :])
+    # `inputs`' shape with `axis` halved, uniform on [0, 1) in steps of 2**-23
     uniform = keras.random.uniform(half_shape, seed=seed, dtype="float32")
     scaled = uniform * float(_LEVELS)
     high = ops.floor(scaled)  # top 11 bits: 0 ... 2047
     low = ops.floor((scaled - high) * float(_LEVELS))  # next 11 bits: 0 ... 2047
     threshold = float(round(quantized * _LEVELS))
-    # (..., features)
-    keep = ops.concatenate([high >= threshold, low >= threshold], axis=-1)
+    # `inputs`' shape
+    keep = ops.concatenate([high >= threshold, low >= threshold], axis=axis)
     scale = ops.cast(1.0 / (1.0 - quantized), inputs.dtype)
     return ops.where(keep, inputs * scale, ops.zeros_like(inputs))
 
@@ -97,8 +130,9 @@ class FastDropout(keras.layers.Layer):
 
     Sets a fraction `rate` of the inputs to zero during training and scales
     the rest by `1 / (1 - rate)`, through `keras_attn.layers.fast_dropout`:
-    one uniform draw decides two inputs, and the rate is applied at a
-    resolution of 1/2048 (0.1 becomes 0.10010; see `fast_dropout`). The
+    on JAX and TensorFlow one uniform draw decides two inputs, and the rate
+    is applied at a resolution of 1/2048 (0.1 becomes 0.10010); on torch it
+    is torch's exact dropout kernel (see `fast_dropout`). The
     Transformer's residual and embedding dropout (section 5.4) use it; in
     inference it is the identity.
 
@@ -109,7 +143,7 @@ class FastDropout(keras.layers.Layer):
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
-        inputs: float tensor `(..., features)`.
+        inputs: float tensor of any rank.
         training: bool, whether to drop. Defaults to `False`.
 
     Returns:

@@ -6,7 +6,7 @@ import pytest
 from layer_harness import run_layer_test
 
 from keras_attn.layers import FastDropout, fast_dropout
-from keras_attn.layers.fast_dropout import quantized_dropout_rate
+from keras_attn.layers.fast_dropout import applied_dropout_rate, quantized_dropout_rate
 
 # 2**21 inputs: the dropped fraction's standard deviation is below 2.1e-4.
 SHAPE = (32, 256, 256)
@@ -45,8 +45,14 @@ def test_quantized_rate(rate, expected):
     assert quantized_dropout_rate(rate) == expected
 
 
+def test_applied_rate_is_exact_on_torch_only():
+    expected = 0.1 if keras.backend.backend() == "torch" else 205 / 2048
+    assert applied_dropout_rate(0.1) == expected
+    assert applied_dropout_rate(0.01) == 0.01
+
+
 def test_rate_and_scale_of_the_quantized_path():
-    rate = quantized_dropout_rate(0.1)
+    rate = applied_dropout_rate(0.1)
     y = keras.ops.convert_to_numpy(fast_dropout(keras.ops.ones(SHAPE), 0.1, seed=7))
     dropped = y == 0
     assert abs(dropped.mean() - rate) < dropped_fraction_bound(rate, y.size)
@@ -66,14 +72,27 @@ def test_the_two_inputs_of_one_draw_are_independent():
 
 @pytest.mark.parametrize(
     "rate, shape",
-    [(0.01, SHAPE), (0.1, (4, 8, 7))],
-    ids=["rate-off-the-grid", "odd-features"],
+    [(0.01, SHAPE), (0.1, (3, 5, 7))],
+    ids=["rate-off-the-grid", "no-even-axis"],
 )
 def test_falls_back_to_exact_dropout(rate, shape):
     y = keras.ops.convert_to_numpy(fast_dropout(keras.ops.ones(shape), rate, seed=5))
     # keras.random.dropout scales by exactly 1 / (1 - rate).
     np.testing.assert_allclose(y[y != 0], 1 / (1 - rate), rtol=1e-6)
     assert abs((y == 0).mean() - rate) < dropped_fraction_bound(rate, y.size)
+
+
+def test_splits_the_last_even_axis():
+    # Attention weights `(batch, heads, query, key)` with an odd key length:
+    # the draws are split along the query axis instead.
+    shape = (16, 64, 64, 7)
+    rate = applied_dropout_rate(0.5)
+    y = keras.ops.convert_to_numpy(fast_dropout(keras.ops.ones(shape), 0.5, seed=4))
+    dropped = y == 0
+    assert abs(dropped.mean() - rate) < dropped_fraction_bound(rate, y.size)
+    np.testing.assert_allclose(y[~dropped], 1 / (1 - rate), rtol=1e-6)
+    first, second = dropped[:, :, :32].ravel(), dropped[:, :, 32:].ravel()
+    assert abs(np.corrcoef(first, second)[0, 1]) < 5 / np.sqrt(first.size)
 
 
 def test_identity_outside_training_and_random_in_training():
