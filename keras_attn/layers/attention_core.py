@@ -165,12 +165,8 @@ def _attention_weights(query, key, mask, bias, scale):
     return weights
 
 
-def _fused_attention(query, key, value, mask, bias, scale, is_causal, attended_keys):
+def _fused_attention(query, key, value, mask, bias, scale, is_causal):
     """The fused kernel, with fully masked rows zeroed."""
-    if mask is not None:
-        # Torch's kernel masks by adding -inf to the scores: `nan - inf`
-        # is NaN, so the keys no query attends are zeroed too.
-        key = ops.where(attended_keys, key, 0.0)
     # (batch, query_length, num_heads, value_dim)
     attended = fused_dot_product_attention(
         query, key, value, mask=mask, bias=bias, scale=scale, is_causal=is_causal
@@ -195,6 +191,7 @@ def compute_attention(
     seed_generator=None,
     return_attention_scores=False,
     flash_attention=None,
+    masked_keys_are_finite=False,
 ):
     """Computes `softmax(Q K^T * scale + bias) V` over several heads at once.
 
@@ -232,6 +229,13 @@ def compute_attention(
             and dropout are not needed; `False` always runs the explicit
             path; `True` is `None` that refuses `return_attention_scores`
             and dropout, as Keras does. Defaults to `None`.
+        masked_keys_are_finite: bool, whether the keys and values at the
+            positions no query attends are known to be finite, as in a
+            key/value cache allocated with zeros and written in order
+            (`TransformerDecoderBlock.call_cached`). Then they are used as
+            they are; otherwise they are zeroed first (two passes over the
+            keys and values), so a NaN or infinity there cannot reach an
+            attended position (`0 * nan` is NaN). Defaults to `False`.
 
     Returns:
         `(attended, weights)`: the attended values `(batch, query_length,
@@ -278,18 +282,20 @@ def compute_attention(
         causal = causal_mask(query_length, key_length)[:, None]  # (1, 1, T, S)
         mask = causal if mask is None else ops.logical_and(mask, causal)
         is_causal = False
-    attended_keys = None
-    if mask is not None:
+    if mask is not None and not masked_keys_are_finite:
         # A masked key gets weight 0, but `0 * nan = nan`: the values at
         # keys no query attends are zeroed, so a NaN or infinity at a
         # padded position never reaches a real one.
         # (batch, key_length, key_heads or 1, 1)
         attended_keys = _heads_last(per_key_head(ops.any(mask, axis=-2), key.shape[2]))
         value = ops.where(attended_keys, value, 0.0)
+        if fused:
+            # Torch's kernel masks by adding -inf to the scores: `nan - inf`
+            # is NaN, so the keys are zeroed too (the explicit path
+            # replaces masked scores, NaN ones included).
+            key = ops.where(attended_keys, key, 0.0)
     if fused:
-        attended = _fused_attention(
-            query, key, value, mask, bias, scale, is_causal, attended_keys
-        )
+        attended = _fused_attention(query, key, value, mask, bias, scale, is_causal)
         return attended, None
     weights = _attention_weights(query, key, mask, bias, scale)
     if keras.backend.standardize_dtype(weights.dtype) != (

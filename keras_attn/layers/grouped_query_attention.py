@@ -194,6 +194,7 @@ class GroupedQueryAttention(MultiHeadAttention):
         training=None,
         use_causal_mask=False,
         attention_bias=None,
+        masked_keys_are_finite=False,
     ):
         """Attention on projected heads, with Keras's signature.
 
@@ -210,6 +211,10 @@ class GroupedQueryAttention(MultiHeadAttention):
                 Defaults to `False`.
             attention_bias: optional float bias added to the scaled scores.
                 Defaults to `None`.
+            masked_keys_are_finite: bool, skip zeroing the keys and values
+                no query attends (a zeroed cache; see
+                `keras_attn.layers.attention_core.compute_attention`).
+                Defaults to `False`.
 
         Returns:
             `(attention_output, attention_scores)`, the scores `None` unless
@@ -224,6 +229,7 @@ class GroupedQueryAttention(MultiHeadAttention):
             self._return_attention_scores,
             use_causal_mask=use_causal_mask,
             attention_bias=attention_bias,
+            masked_keys_are_finite=masked_keys_are_finite,
         )
 
     def _overrides_compute_attention(self):
@@ -242,6 +248,7 @@ class GroupedQueryAttention(MultiHeadAttention):
         training,
         return_attention_scores,
         causal_only=False,
+        masked_keys_are_finite=False,
     ):
         self._return_attention_scores = return_attention_scores
         extra = {}
@@ -252,6 +259,8 @@ class GroupedQueryAttention(MultiHeadAttention):
         if self._overrides_compute_attention():
             # Keras's contract: one key/value head per query head.
             keys, values = repeat_key_value_heads(keys, values, self._num_heads)
+        elif masked_keys_are_finite:
+            extra["masked_keys_are_finite"] = True
         return self._compute_attention(
             queries, keys, values, attention_mask=mask, training=training, **extra
         )

@@ -51,6 +51,7 @@ class KeyValueAttention:
         return_attention_scores=False,
         training=None,
         start_index=0,
+        masked_keys_are_finite=False,
     ):
         """Attends from `query` to keys and values already projected.
 
@@ -77,6 +78,12 @@ class KeyValueAttention:
             start_index: int or scalar int tensor, the position of the first
                 query (the cache index), for rotary positions. Defaults to
                 `0`.
+            masked_keys_are_finite: bool, whether the keys and values at
+                the positions `attention_mask` hides from every query are
+                known finite, as the unwritten slots of a cache allocated
+                with zeros: then they are not zeroed first (two passes
+                over `keys` and `values` saved per call). Defaults to
+                `False`.
 
         Returns:
             As `call`.
@@ -92,6 +99,13 @@ class KeyValueAttention:
         # (batch, query_length, num_heads, key_dim)
         queries = self._queries(query, start_index)
         attended, scores = self._call_compute_attention(
-            queries, keys, values, mask, bias, training, return_attention_scores
+            queries,
+            keys,
+            values,
+            mask,
+            bias,
+            training,
+            return_attention_scores,
+            masked_keys_are_finite=masked_keys_are_finite,
         )
         return self._project_output(query, attended, scores, return_attention_scores)

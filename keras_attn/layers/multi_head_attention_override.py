@@ -27,6 +27,7 @@ class ComputeAttentionOverride:
         return_attention_scores=False,
         use_causal_mask=False,
         attention_bias=None,
+        masked_keys_are_finite=False,
     ):
         """Attention on projected heads: the override point of Keras's layer.
 
@@ -53,6 +54,11 @@ class ComputeAttentionOverride:
             attention_bias: optional float tensor broadcastable to
                 `(batch, num_heads, query_length, key_length)`, added to
                 the scaled scores. Defaults to `None`.
+            masked_keys_are_finite: bool, whether the keys and values that
+                no query attends are known finite (a zeroed cache), so the
+                guard that zeroes them is skipped (see
+                `keras_attn.layers.attention_core.compute_attention`).
+                Defaults to `False`.
 
         Returns:
             `(attention_output, attention_scores)`: `(batch, query_length,
@@ -79,6 +85,7 @@ class ComputeAttentionOverride:
             seed_generator=self.seed_generator,
             return_attention_scores=return_attention_scores,
             flash_attention=self._flash_attention,
+            masked_keys_are_finite=masked_keys_are_finite,
         )
 
     def _overrides_compute_attention(self):
@@ -97,14 +104,21 @@ class ComputeAttentionOverride:
         training,
         return_attention_scores,
         causal_only=False,
+        masked_keys_are_finite=False,
     ):
         """`_compute_attention` with only the arguments a subclass's
-        override of Keras's older signature takes, unless set."""
+        override of Keras's older signature takes, unless set.
+
+        `masked_keys_are_finite` is a shortcut, not a meaning: it reaches
+        only our own `_compute_attention`, never an override.
+        """
         extra = {}
         if causal_only:
             extra["use_causal_mask"] = True
         if bias is not None:
             extra["attention_bias"] = bias
+        if masked_keys_are_finite and not self._overrides_compute_attention():
+            extra["masked_keys_are_finite"] = True
         return self._compute_attention(
             queries,
             keys,

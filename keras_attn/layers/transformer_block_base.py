@@ -312,6 +312,7 @@ class TransformerBlockBase(keras.layers.Layer):
         training,
         return_scores=False,
         start_index=0,
+        masked_keys_are_finite=False,
     ):
         """`x` plus attention from `h` over `keys_values`, with Add & Norm.
 
@@ -319,7 +320,9 @@ class TransformerBlockBase(keras.layers.Layer):
         `bias` (float, added to the scores) are broadcastable to
         `(batch, num_heads, query_length, key_length)`; `start_index` is
         the position of the first query (RoPE in the self-attention; the
-        cache index in cached decoding).
+        cache index in cached decoding); `masked_keys_are_finite` says the
+        keys and values `mask` hides are zeros or the model's own (a cache's
+        unwritten slots), so they need no zeroing.
         Returns `(x, attention weights)`, the weights `None` unless
         `return_scores`.
         """
@@ -334,6 +337,7 @@ class TransformerBlockBase(keras.layers.Layer):
             return_attention_scores=return_scores,
             training=training,
             start_index=start_index,
+            masked_keys_are_finite=masked_keys_are_finite,
         )
         attended, scores = attended if return_scores else (attended, None)
         return self._add_and_norm(x, attended, norm, dropout, training), scores

@@ -329,7 +329,11 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
 
         The new positions' self-attention keys and values are written into
         the cache at `cache_index`; earlier positions are read from it, so
-        each decoding step costs one position's work.
+        each decoding step costs one position's work. The slots after the
+        new positions are hidden by the causal mask and read as they are:
+        they must hold finite values, as the zeros a cache is allocated with
+        (`TransformerLM.initial_cache`) or keys and values the block wrote
+        before; a NaN there would reach the outputs (`0 * nan` is NaN).
 
         Args:
             decoder_sequence: tensor `(batch, new_length, hidden_dim)`, the
@@ -391,6 +395,7 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
             (self_mask, cross_mask),
             self_attention_bias,
             training=False,
+            unwritten_slots_are_finite=True,
         )
 
     @staticmethod
@@ -436,12 +441,15 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         masks,
         self_attention_bias,
         training,
+        unwritten_slots_are_finite=False,
     ):
         """The block on new positions over a cache (`call_cached`'s work,
         and keras-hub's cache call's).
 
         `masks` is `(self_mask, cross_mask)`, merged. `cache_index=None`
-        reads the self-attention cache without writing it. Returns
+        reads the self-attention cache without writing it. With
+        `unwritten_slots_are_finite` the self-attention reads the slots its
+        mask hides as they are, without zeroing them first. Returns
         `(outputs, (keys, values))`, the second the updated cache.
         """
         self_mask, cross_mask = masks
@@ -471,6 +479,7 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
             self_attention_bias,
             training,
             start_index=start_index,
+            masked_keys_are_finite=unwritten_slots_are_finite,
         )
         x, _ = self._cross_attention_sublayer(
             x, cross_keys_values, cross_mask, training

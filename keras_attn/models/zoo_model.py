@@ -326,10 +326,18 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
             self._check_positions(max_length, "max_length", f"max_length={max_length}")
         caches = []
         for block in decoder_blocks:
-            # (batch, max_length, num_key_value_heads, head_dim)
-            slots = ops.zeros(
-                (batch_size, max_length, block.num_key_value_heads, block.head_dim),
-                dtype=self._layers_dtype_policy.compute_dtype,
+            # (batch, heads, max_length, head_dim) zeros, viewed as
+            # (batch, max_length, heads, head_dim): the slots of one head
+            # are contiguous, as a fused kernel reads them (torch's, after
+            # Keras's transpose, reads such a view in place rather than
+            # copying the cache every step); without strides (XLA) the
+            # transpose is a shape.
+            slots = ops.transpose(
+                ops.zeros(
+                    (batch_size, block.num_key_value_heads, max_length, block.head_dim),
+                    dtype=self._layers_dtype_policy.compute_dtype,
+                ),
+                (0, 2, 1, 3),
             )
             caches.append((slots, slots))
         return tuple(caches)
