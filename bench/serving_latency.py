@@ -46,6 +46,7 @@ Results go to `<work-dir>/serving_formats_<strategies>.json`.
 
 import argparse
 import gzip
+import hashlib
 import json
 import os
 import platform
@@ -365,8 +366,15 @@ def export_formats(preset, strategy, work_dir, runtimes):
         start = time.perf_counter()
         if runtime == "savedmodel":
             target = work_dir / f"savedmodel_{backend}"
+            # (the bench's own folder: an export of an older preset goes)
             export_translator(
-                model, tokenizer, target, strategy=strategy, verbose=False, **options
+                model,
+                tokenizer,
+                target,
+                strategy=strategy,
+                verbose=False,
+                overwrite=True,
+                **options,
             )
         else:
             target = work_dir / "onnxruntime"
@@ -475,19 +483,45 @@ class Worker:
         self.log.close()
 
 
+def preset_fingerprint(preset):
+    """SHA-256 of the preset's config and weights (`None` before it exists)."""
+    directory = preset_directory(preset)
+    if not directory.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.weights.h5"):
+        digest.update((directory / name).read_bytes())
+    return digest.hexdigest()
+
+
 def export_all_formats(preset, strategy, rows, work_dir):
-    """Exports each backend's artifacts once (a rerun reuses them)."""
-    by_backend = {}
+    """Exports each backend's artifacts once; a rerun reuses them only while
+    the preset's config and weights are the ones they were exported from."""
+    fingerprint = preset_fingerprint(preset)
+    by_backend, exported = {}, []
     for name in rows:
         runtime, backend = FORMAT_ROWS[name]
-        if runtime != "keras" and not (work_dir / f"{name}.export_seconds").exists():
+        if runtime == "keras":
+            continue
+        stamp = work_dir / f"{name}.preset_sha256"
+        current = (
+            fingerprint is not None
+            and (work_dir / f"{name}.export_seconds").exists()
+            and stamp.exists()
+            and stamp.read_text().strip() == fingerprint
+        )
+        if not current:
             by_backend.setdefault(backend, []).append(runtime)
+            exported.append(stamp)
     for backend, runtimes in by_backend.items():
         if not preset_directory(preset).is_dir():
             runtimes.append("smoke_preset")
         print(f"exporting {', '.join(runtimes)} on {backend} ...", flush=True)
         command = [sys.executable, __file__, "_export_formats", preset, strategy]
         _run([*command, work_dir, *runtimes], backend=backend, cwd=ROOT)
+    fingerprint = preset_fingerprint(preset)  # (a smoke preset exists now)
+    for stamp in exported:
+        stamp.write_text(f"{fingerprint}\n")
 
 
 def measure_formats(preset, strategy, rows, work_dir, requests):

@@ -330,8 +330,8 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
             # (batch, max_length, heads, head_dim): the slots of one head
             # are contiguous, as a fused kernel reads them (torch's, after
             # Keras's transpose, reads such a view in place rather than
-            # copying the cache every step); without strides (XLA) the
-            # transpose is a shape.
+            # copying the cache every step); JAX and TensorFlow arrays have
+            # no strides: there it is one transpose of zeros per decode.
             slots = ops.transpose(
                 ops.zeros(
                     (batch_size, block.num_key_value_heads, max_length, block.head_dim),
