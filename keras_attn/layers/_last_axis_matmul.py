@@ -1,7 +1,8 @@
 """`last_axis_matmul`: a dense product over the last axis as one 2-D product.
 
-Not a layer: a private helper of the layers that project (`AttentionProjection`,
-`PositionwiseDense`, `VocabularyProjection`, `TokenAndPositionEmbedding`).
+Not a layer: a private helper of the layers that project (`PositionwiseDense`,
+`VocabularyProjection`, `TokenAndPositionEmbedding`; `AttentionProjection`
+runs the same product with the reshapes its heads need).
 """
 
 from keras import ops

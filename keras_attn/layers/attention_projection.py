@@ -3,7 +3,6 @@
 import keras
 from keras import ops
 
-from keras_attn.layers._last_axis_matmul import last_axis_matmul
 from keras_attn.layers.lora_saving import LoraSavingMixin
 
 # (batch, length, dim) x (dim, heads, head_dim) -> (batch, length, heads, head_dim)
@@ -21,8 +20,11 @@ class AttentionProjection(LoraSavingMixin, keras.layers.EinsumDense):
     query/key/value equation `"abc,cde->abde"` and the output equation
     `"abcd,cde->abe"`, with a bias over the output axes or none, the kernel
     is viewed as one `(dim, heads * head_dim)` or `(heads * head_dim, dim)`
-    matrix and the product runs as `last_axis_matmul`, which XLA compiles to
-    a cheaper backward pass. Any other equation runs as in `EinsumDense`.
+    matrix and the product runs on the inputs flattened to
+    `(batch * length, features)`, as `last_axis_matmul` does, which XLA
+    compiles to a cheaper backward pass; the flattening and the split into
+    heads are one reshape each (every `keras.ops` call costs host time in an
+    eager torch decoding step). Any other equation runs as in `EinsumDense`.
 
     Everything else is `EinsumDense`'s own: LoRA (`enable_lora`, read
     through the `kernel` property, so the 2-D product includes it),
@@ -63,20 +65,25 @@ class AttentionProjection(LoraSavingMixin, keras.layers.EinsumDense):
         if not self._flattens():
             return super().call(inputs, training=training)
         kernel = self.kernel
-        bias = None if self.bias is None else ops.reshape(self.bias, (-1,))
         if self.equation == TO_HEADS:
-            # (dim, heads * head_dim)
-            matrix = ops.reshape(kernel, (kernel.shape[0], -1))
-            outputs = last_axis_matmul(inputs, matrix, bias)
+            dim = kernel.shape[0]
+            # (batch * length, dim) x (dim, heads * head_dim)
+            flat = ops.reshape(inputs, (-1, dim))
+            outputs = ops.matmul(flat, ops.reshape(kernel, (dim, -1)))
+            if self.bias is not None:
+                outputs = ops.add(outputs, ops.reshape(self.bias, (-1,)))
             # (batch, length, heads, head_dim)
             outputs = ops.reshape(outputs, (*ops.shape(inputs)[:-1], *kernel.shape[1:]))
         else:
             # (heads * head_dim, dim)
             matrix = ops.reshape(kernel, (-1, kernel.shape[-1]))
-            # (batch, length, heads * head_dim); not `-1`, which cannot be
-            # inferred for an empty batch or sequence.
-            merged = ops.reshape(inputs, (*ops.shape(inputs)[:-2], matrix.shape[0]))
-            outputs = last_axis_matmul(merged, matrix, bias)  # (batch, length, dim)
+            # (batch * length, heads * head_dim)
+            flat = ops.reshape(inputs, (-1, matrix.shape[0]))
+            outputs = ops.matmul(flat, matrix)  # (batch * length, dim)
+            if self.bias is not None:
+                outputs = ops.add(outputs, self.bias)  # bias: (dim,)
+            # (batch, length, dim)
+            outputs = ops.reshape(outputs, (*ops.shape(inputs)[:-2], matrix.shape[1]))
         if self.activation is not None:
             outputs = self.activation(outputs)
         return outputs

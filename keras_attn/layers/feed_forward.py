@@ -153,7 +153,8 @@ class FeedForward(keras.layers.Layer):
         hidden = self.intermediate_dense(flat)  # (batch * length, d_ff)
         if self.gated:
             hidden = self.gate_dense(flat) * hidden  # (batch * length, d_ff)
-        hidden = self.dropout_layer(hidden, training=training)
+        if training:  # the identity at inference: no layer call
+            hidden = self.dropout_layer(hidden, training=training)
         outputs = self.output_dense(hidden)  # (batch * length, dim)
         return ops.reshape(outputs, ops.shape(inputs))  # (batch, length, dim)
 

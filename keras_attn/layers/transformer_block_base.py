@@ -298,7 +298,11 @@ class TransformerBlockBase(keras.layers.Layer):
         trains deep stacks more stably: the norm was applied to the
         sub-layer's input (`_sublayer_input`) and the sum is left as it is.
         """
-        x = residual + dropout(outputs, training=training)
+        if training:
+            # Dropout is the identity at inference: not called, which saves
+            # a layer call per sub-layer in every eager decoding step.
+            outputs = dropout(outputs, training=training)
+        x = residual + outputs
         return x if self.normalize_first else norm(x)
 
     def _attention_residual(
