@@ -5,6 +5,7 @@
     python bench/lm_decoding.py --backend tensorflow
     python bench/lm_decoding.py --backend torch --smoke   # tiny sizes, one run
     python bench/lm_decoding.py --backend torch --torch-threads 1
+    python bench/lm_decoding.py --backend torch --torch-compile   # both sides
 
 Both sides decode the same work with random weights: a pre-norm decoder-only
 LM (hidden 256, 3 layers, 8 heads, feed-forward 1024, GELU, learned
@@ -26,9 +27,11 @@ tokens continued by exactly 64 greedy tokens with a key/value cache:
 No end id stops either loop. Each side's loop is the `call` of a small
 `keras.Model` and runs through `predict_on_batch`, so Keras compiles both
 the same way: `jax.jit` on JAX, `tf.function` on TensorFlow, eagerly on
-torch (where Keras compiles nothing by default). The first call is reported
-apart; then the two sides are timed in turn (`--runs` times, interleaved)
-and the medians and their ratio printed. On torch the build
+torch (where Keras compiles nothing by default; `--torch-compile` compiles
+every side with `jit_compile=True`, so Keras hands its predict step to
+`torch.compile`). The first call is timed and reported apart; then the
+sides are timed in turn (`--runs` times, interleaved) and the medians and
+their ratio printed. On torch the build
 (`torch.__version__`, CUDA or `+cpu`), the thread count and whether
 denormals are flushed are printed; on every backend the load average at
 start and end (see `bench/train_throughput.py`).
@@ -37,6 +40,7 @@ start and end (see `bench/train_throughput.py`).
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +84,18 @@ def parse_args(argv=None):
         "sides (grouped-query, 1 = multi-query); '' for none",
     )
     common.add_torch_threads_flag(parser)
+    parser.add_argument(
+        "--torch-compile",
+        action="store_true",
+        help="torch only: every side with jit_compile=True (torch.compile) "
+        "instead of Keras's default for torch, eager",
+    )
     args = parser.parse_args(argv)
+    if args.torch_compile and args.backend != "torch":
+        parser.error(
+            "--torch-compile applies to --backend torch only. "
+            f"Received: --backend {args.backend}"
+        )
     try:
         args.key_value_heads = [
             int(n) for n in args.key_value_heads.split(",") if n.strip()
@@ -241,7 +256,11 @@ def main(argv=None):
         f"{shape['prompt_length']}, {shape['new_tokens']} new tokens, greedy, cached"
     )
     for name, side in sides.items():
+        if args.torch_compile:
+            side.compile(jit_compile=True)
+        start = time.perf_counter()
         tokens = keras.ops.convert_to_numpy(side.predict_on_batch(prompts))
+        print(f"{name}: first call {time.perf_counter() - start:.1f} s", flush=True)
         assert tokens.shape == (shape["batch_size"], max_length), (name, tokens.shape)
         np.testing.assert_array_equal(tokens[:, : shape["prompt_length"]], prompts)
     functions = {

@@ -112,7 +112,7 @@ def _cached_step(model, prompt_tokens, batch_size, max_length):
     _, cache = model.decode_step(prompt_tokens, cache, 0)
 
     def step(tokens, index, cache):
-        current = ops.slice(tokens, (0, index), (ops.shape(tokens)[0], 1))  # (batch, 1)
+        current = ops.expand_dims(ops.take(tokens, index, axis=1), 1)  # (batch, 1)
         logits, cache = model.decode_step(current, cache, index)
         return logits[:, 0, :], cache  # (batch, vocabulary)
 

@@ -43,8 +43,7 @@ def cached_step(model):
     """Step function reading/writing the key/value cache (one position of work)."""
 
     def step(tokens, index, cache):
-        batch_size = ops.shape(tokens)[0]
-        current = ops.slice(tokens, (0, index), (batch_size, 1))  # (batch, 1)
+        current = ops.expand_dims(ops.take(tokens, index, axis=1), 1)  # (batch, 1)
         logits, cache = model.decode_step(current, cache, index)
         return logits[:, 0, :], cache  # (batch, vocabulary)
 

@@ -74,7 +74,7 @@ class PositionEmbedding(keras.layers.Layer):
                 f"{static_start}. Received: start_index={start_index}, "
                 f"inputs.shape={tuple(shape)}"
             )
-        if isinstance(length, int):
+        if isinstance(length, int) and isinstance(start_index, int):
             # (length, dim)
             embeddings = ops.slice(
                 ops.convert_to_tensor(self.position_embeddings),
