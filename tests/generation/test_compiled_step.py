@@ -27,6 +27,14 @@ pytestmark = [
 ]
 
 BATCH, PROMPT, MAX_LENGTH, VOCABULARY = 2, 3, 8, 40
+SIZES = dict(
+    vocabulary_size=VOCABULARY,
+    num_layers=1,
+    hidden_dim=8,
+    num_heads=2,
+    intermediate_dim=16,
+    max_sequence_length=MAX_LENGTH,
+)
 
 
 def compile_and_compare(step, tokens, index, state):
@@ -48,15 +56,7 @@ def compile_and_compare(step, tokens, index, state):
 @pytest.mark.parametrize("position", ["learned", "rotary"])
 def test_causal_lm_step_is_one_graph(position):
     keras.utils.set_random_seed(0)
-    lm = TransformerLM(
-        vocabulary_size=VOCABULARY,
-        num_layers=1,
-        hidden_dim=8,
-        num_heads=2,
-        intermediate_dim=16,
-        max_sequence_length=MAX_LENGTH,
-        position=position,
-    )
+    lm = TransformerLM(**SIZES, position=position)
     prompts = np.random.default_rng(0).integers(4, VOCABULARY, (BATCH, PROMPT))
     tokens = ops.convert_to_tensor(
         np.pad(prompts, ((0, 0), (0, MAX_LENGTH - PROMPT))), "int32"
@@ -67,14 +67,7 @@ def test_causal_lm_step_is_one_graph(position):
 
 def test_translation_step_is_one_graph():
     keras.utils.set_random_seed(0)
-    model = Transformer(
-        vocabulary_size=VOCABULARY,
-        num_layers=1,
-        hidden_dim=8,
-        num_heads=2,
-        intermediate_dim=16,
-        max_sequence_length=MAX_LENGTH,
-    )
+    model = Transformer(**SIZES)
     source = ops.convert_to_tensor(
         np.random.default_rng(0).integers(4, VOCABULARY, (BATCH, 5)), "int32"
     )
