@@ -82,9 +82,11 @@ class PositionEmbedding(keras.layers.Layer):
                 (length, shape[-1]),
             )
         else:
-            # A symbolic length (a SavedModel export with dynamic shapes): a
-            # slice of it would need `length <= sequence_length`, which JAX's
-            # shape polymorphism cannot decide, so the rows are gathered.
+            # The rows are gathered for a traced start (a decoding step: torch
+            # would read a slice's start as a Python number, a graph break
+            # under `torch.compile`) and for a symbolic length (a SavedModel
+            # export with dynamic shapes: a slice would need `length <=
+            # sequence_length`, which JAX's shape polymorphism cannot decide).
             positions = ops.add(ops.arange(length, dtype="int32"), start_index)
             # (length, dim)
             embeddings = ops.take(self.position_embeddings, positions, axis=0)
