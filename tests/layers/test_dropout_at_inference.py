@@ -39,27 +39,26 @@ def dropout_calls(monkeypatch):
     return calls
 
 
-def layers_to_test():
-    return {
-        "feed_forward": (FeedForward(intermediate_dim=16, dropout=0.5), {}),
-        "encoder_block": (
-            TransformerEncoderBlock(
-                num_heads=2, intermediate_dim=16, dropout=0.5, attention_dropout=0.0
-            ),
-            {},
-        ),
-        "decoder_block": (
-            TransformerDecoderBlock(
-                num_heads=2, intermediate_dim=16, dropout=0.5, attention_dropout=0.0
-            ),
+BLOCK = dict(num_heads=2, intermediate_dim=16, dropout=0.5, attention_dropout=0.0)
+
+
+@pytest.mark.parametrize(
+    "layer_class, arguments, call_arguments",
+    [
+        (FeedForward, dict(intermediate_dim=16, dropout=0.5), {}),
+        (TransformerEncoderBlock, BLOCK, {}),
+        (
+            TransformerDecoderBlock,
+            BLOCK,
             {"encoder_sequence": normal(BATCH, 4, DIM, seed=1)},
         ),
-    }
-
-
-@pytest.mark.parametrize("name", ["feed_forward", "encoder_block", "decoder_block"])
-def test_not_called_at_inference_and_applied_in_training(name, dropout_calls):
-    layer, kwargs = layers_to_test()[name]
+    ],
+    ids=["feed_forward", "encoder_block", "decoder_block"],
+)
+def test_not_called_at_inference_and_applied_in_training(
+    layer_class, arguments, call_arguments, dropout_calls
+):
+    layer, kwargs = layer_class(**arguments), call_arguments
     x = normal(BATCH, LENGTH, DIM)
     inference = ops.convert_to_numpy(layer(x, training=False, **kwargs))
     assert ops.convert_to_numpy(layer(x, **kwargs)).tolist() == inference.tolist()
