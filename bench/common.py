@@ -129,7 +129,9 @@ def block(value):
     return value
 
 
-def interleaved_medians(functions, windows, steps_per_window, clock=None):
+def interleaved_medians(
+    functions, windows, steps_per_window, clock=None, on_window=None
+):
     """Times each callable in turn, `windows` times, rotating the order.
 
     Args:
@@ -139,6 +141,9 @@ def interleaved_medians(functions, windows, steps_per_window, clock=None):
         clock: the timer. Defaults to `time.perf_counter` (wall time);
             `time.process_time` counts this process's CPU time, all threads,
             which other jobs on a shared machine do not inflate.
+        on_window: optional callable `(window, name, seconds_per_call)`,
+            called as each window ends (progress that survives a run cut
+            off by a time limit, such as a GPU lease's).
 
     Returns:
         dict name -> median seconds per call over the windows.
@@ -153,6 +158,8 @@ def interleaved_medians(functions, windows, steps_per_window, clock=None):
             for _ in range(steps_per_window):
                 functions[name]()
             samples[name].append((clock() - start) / steps_per_window)
+            if on_window is not None:
+                on_window(window, name, samples[name][-1])
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

@@ -67,6 +67,7 @@ plus the two backward products), with `2*m*n*k` per product:
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -91,6 +92,7 @@ FULL = dict(
     windows=7,
     steps_per_window=3,
     num_batches=4,
+    print_windows=False,
 )
 QUICK = dict(
     FULL,
@@ -123,6 +125,7 @@ BASE_GPU = dict(
     windows=7,
     steps_per_window=1,
     num_batches=64,
+    print_windows=True,  # a lease that ends mid-run keeps what it timed
 )
 CONFIGS = {"cpu": FULL, "base-gpu": BASE_GPU}
 
@@ -293,6 +296,26 @@ BUILDERS = {
     ),
 }
 
+# (ours, peer) pairs printed as peer time / our time when both were run.
+RATIOS = (
+    ("keras-attn", "keras-hub"),
+    ("keras-attn", "keras.layers.MHA"),
+    ("keras-attn (equal work)", "keras-hub"),
+    ("keras-attn (equal work)", "keras.layers.MHA"),
+)
+
+
+def parse_models(text):
+    """`--models`: comma-separated names of `BUILDERS`, in the order given."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BUILDERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated subset of {', '.join(BUILDERS)}. "
+            f"Received: {text!r}"
+        )
+    return names
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -324,6 +347,13 @@ def parse_args(argv=None):
     common.add_host_memory_flag(parser)
     common.add_torch_threads_flag(parser)
     parser.add_argument("--windows", type=int, default=None)
+    parser.add_argument(
+        "--models",
+        type=parse_models,
+        default=list(BUILDERS),
+        help="comma-separated models to build and time (default: all four); "
+        "fewer models compile sooner, for a GPU lease",
+    )
     parser.add_argument(
         "--shape",
         default=None,
@@ -393,7 +423,13 @@ def make_step(model, batches, c):
     batch_size = len(batches[0][1])
 
     def epoch():
-        model.fit(x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
+        history = model.fit(
+            x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0
+        )
+        # The loss as a Python float waits for the last step: on a GPU,
+        # dispatch is asynchronous and the next model's window would
+        # otherwise be charged for this one's queued steps.
+        float(history.history["loss"][-1])
 
     return epoch, len(batches)
 
@@ -408,8 +444,8 @@ def measure_shape(c, args, keras):
     # `torch.compile`.
     jit_compile = args.backend != "torch" or args.torch_compile
     steps, per_call = {}, {}
-    for name, build in BUILDERS.items():
-        model = build(c)
+    for name in args.models:
+        model = BUILDERS[name](c)
         model.compile(
             optimizer=keras.optimizers.Adam(1e-4),
             loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.0),
@@ -417,16 +453,30 @@ def measure_shape(c, args, keras):
             steps_per_execution=c["steps_per_execution"],
         )
         step, per_call[name] = make_step(model, batches, c)
+        start = time.perf_counter()
         for _ in range(c["warmup"]):
             step()
         print(
             f"{name}: {model.count_params():,} parameters, "
-            f"jit_compile={model.jit_compile}",
+            f"jit_compile={model.jit_compile}, warm-up (compilation) "
+            f"{time.perf_counter() - start:.1f} s",
             flush=True,
         )
         steps[name] = step
     windows, per_window = c["windows"], c["steps_per_window"]
-    medians = common.interleaved_medians(steps, windows, per_window)
+    on_window = None
+    if c["print_windows"]:
+
+        def on_window(window, name, seconds):
+            step_ms = seconds / per_call[name] * 1e3
+            print(
+                f"window {window + 1}/{windows}: {name} {step_ms:.1f} ms per step",
+                flush=True,
+            )
+
+    medians = common.interleaved_medians(
+        steps, windows, per_window, on_window=on_window
+    )
     return {name: seconds / per_call[name] for name, seconds in medians.items()}
 
 
@@ -490,14 +540,12 @@ def main(argv=None):
             if c["peak_tflops"]:
                 row += f"{flops / seconds / (c['peak_tflops'] * 1e12):>9.1%}"
             print(row)
-        ours = medians["keras-attn"]
-        for name in ("keras-hub", "keras.layers.MHA"):
-            print(f"ratio keras-attn/{name}: {medians[name] / ours:.2f}x")
-        equal = medians["keras-hub"] / medians["keras-attn (equal work)"]
-        print(
-            f"ratio keras-attn/keras-hub at equal work "
-            f"(attention_dropout={c['dropout']}): {equal:.2f}x"
-        )
+        equal_work = f" at equal work (attention_dropout={c['dropout']})"
+        for ours, peer in RATIOS:
+            if ours in medians and peer in medians:
+                label = equal_work if ours.endswith("(equal work)") else ""
+                ratio = medians[peer] / medians[ours]
+                print(f"ratio keras-attn/{peer}{label}: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

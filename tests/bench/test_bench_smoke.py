@@ -123,6 +123,30 @@ def test_train_throughput_base_gpu_smoke(shared_run):
     assert "ratio keras-attn/keras-hub:" in out
     assert "ratio keras-attn/keras.layers.MHA:" in out
     assert "ratio keras-attn/keras-hub at equal work (attention_dropout=0.1):" in out
+    # base-gpu prints each window as it ends (a lease may stop the run) and
+    # each model's warm-up (compilation) time.
+    for name in ("keras-attn", "keras-hub", "keras-attn (equal work)"):
+        assert f"window 1/1: {name} " in out
+        assert f"\n{name}: " in out and "warm-up (compilation)" in out
+
+
+def test_train_throughput_models_flag(capsys):
+    # `--models` picks the builds (in the order given) and rejects unknown
+    # names with the value received and the names expected.
+    saved_path = list(sys.path)
+    sys.path.insert(0, str(BENCH))
+    try:
+        import train_throughput  # it puts bench/ on sys.path too
+    finally:
+        sys.path[:] = saved_path
+    args = train_throughput.parse_args(["--models", "keras-hub, keras-attn"])
+    assert args.models == ["keras-hub", "keras-attn"]
+    assert train_throughput.parse_args([]).models == list(train_throughput.BUILDERS)
+    with pytest.raises(SystemExit):
+        train_throughput.parse_args(["--models", "keras-attn,keras_hub"])
+    error = capsys.readouterr().err
+    assert "argument --models" in error and "'keras-attn,keras_hub'" in error
+    assert "keras.layers.MHA" in error
 
 
 @_split_backend("host_overhead.py")
