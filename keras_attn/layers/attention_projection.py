@@ -23,8 +23,10 @@ class AttentionProjection(LoraSavingMixin, keras.layers.EinsumDense):
     matrix and the product runs on the inputs flattened to
     `(batch * length, features)`, as `last_axis_matmul` does, which XLA
     compiles to a cheaper backward pass; the flattening and the split into
-    heads are one reshape each (every `keras.ops` call costs host time in an
-    eager torch decoding step). Any other equation runs as in `EinsumDense`.
+    heads are one reshape each. On torch every equation runs as in
+    `EinsumDense` (one `torch.einsum`, which flattens in C++: each
+    `keras.ops` call costs host time in an eager step, and the 2-D product
+    would take five). Any other equation runs as in `EinsumDense`.
 
     Everything else is `EinsumDense`'s own: LoRA (`enable_lora`, read
     through the `kernel` property, so the 2-D product includes it),
@@ -101,7 +103,15 @@ class AttentionProjection(LoraSavingMixin, keras.layers.EinsumDense):
         super().quantize(mode, type_check=False, config=config)
 
     def _flattens(self):
-        """Whether `call` runs as one 2-D product (else as `EinsumDense`)."""
+        """Whether `call` runs as one 2-D product (else as `EinsumDense`).
+
+        Not on torch: there `EinsumDense`'s `ops.einsum` is one call into
+        `torch.einsum`, which flattens in C++, while the 2-D product costs
+        four more `keras.ops` calls (reshapes and a shape), each paying
+        Keras's host-side dispatch in an eager step.
+        """
+        if keras.backend.backend() == "torch":
+            return False
         output_axes = {TO_HEADS: 2, FROM_HEADS: 1}.get(self.equation)
         if output_axes is None:
             return False

@@ -156,7 +156,10 @@ def masked_cross_entropy(logits, labels):
 def test_tiny_transformer_learns_to_copy():
     model = tiny()
     inputs, labels = copy_task(1024, seed=0)
-    epochs, batch_size = 12, 64
+    # 16 epochs: at 12 the held-out loss on torch (whose dropout draws
+    # differently, `fast_dropout`) was 0.052, over the bound, with JAX's at
+    # 0.025; at 16 it is 0.009-0.016 on all three backends.
+    epochs, batch_size = 16, 64
     steps = epochs * len(labels) // batch_size
     # Warm-up then cosine decay: fast, and no late loss spikes from Adam.
     schedule = keras.optimizers.schedules.CosineDecay(
