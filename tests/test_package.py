@@ -19,6 +19,10 @@ import keras_attn.models
 PACKAGE_DIR = pathlib.Path(keras_attn.layers.__file__).parent.parent
 BACKEND_AGNOSTIC = ["layers", "models", "training", "generation"]
 BANNED = {"tensorflow", "jax", "jaxlib", "torch", "tf_keras"}
+# The one exemption (as in pyproject.toml's ruff rules): torch's global
+# generator state, which Keras's unseeded dropout draws from on torch and
+# Keras has no API to save (keras_attn/training/torch_random_state.py).
+ALLOWED = {"training/torch_random_state.py": {"torch"}}
 
 
 def imported_modules(source):
@@ -56,10 +60,11 @@ def test_there_are_files_to_check():
     ids=lambda path: str(path.relative_to(PACKAGE_DIR)),
 )
 def test_no_backend_imports(path):
+    allowed = ALLOWED.get(path.relative_to(PACKAGE_DIR).as_posix(), set())
     offending = [
         f"{path.relative_to(PACKAGE_DIR)}:{line} imports {module}"
         for module, line in imported_modules(path.read_text())
-        if module in BANNED
+        if module in BANNED - allowed
     ]
     assert not offending, offending
 

@@ -15,6 +15,11 @@ from keras_attn.file_safety import (
     write_atomically,
 )
 from keras_attn.training.keras_compat import set_initial_epoch
+from keras_attn.training.torch_random_state import (
+    check_torch_random_state,
+    get_torch_random_state,
+    set_torch_random_state,
+)
 from keras_attn.validation import check_bool
 
 _METADATA = "training_metadata.json"
@@ -51,7 +56,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
       complete backup or the new one, never a half-written file.
     - The random-number state of dropout (not part of `save_weights`) is saved
       and restored, so with a seeded input order a resumed run computes the
-      same weights as an uninterrupted one.
+      same weights as an uninterrupted one: the `SeedGenerator` states, and
+      on torch the global generators that unseeded dropout draws from
+      (`keras_attn.training.torch_random_state`).
     - A backup that cannot be read raises an error naming the file.
     - The metadata file is not trusted: before anything is loaded, its
       `epoch` must be a non-negative integer and its `weights` the name of
@@ -151,6 +158,15 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         states = metadata.get("random_states", [])
         if not isinstance(states, list):
             self._invalid("random_states", states, "a list of arrays")
+        torch_state = metadata.get("torch_random_state")
+        try:
+            check_torch_random_state(torch_state)
+        except ValueError as error:
+            self._invalid(
+                "torch_random_state",
+                torch_state,
+                f"the state of torch's generators or null ({error})",
+            )
         return metadata
 
     def _invalid(self, field, value, expected):
@@ -196,6 +212,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                         f"({error})",
                     )
                 variable.assign(value)
+        set_torch_random_state(metadata.get("torch_random_state"))
         set_initial_epoch(self.model, metadata["epoch"])
 
     def on_epoch_end(self, epoch, logs=None):
@@ -221,6 +238,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 keras.ops.convert_to_numpy(v.value).tolist()
                 for v in _random_states(self.model)
             ],
+            "torch_random_state": get_torch_random_state(),
         }
         write_atomically(
             self.metadata_path,

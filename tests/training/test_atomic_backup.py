@@ -13,13 +13,15 @@ X = RNG.normal(size=(64, 8)).astype("float32")
 Y = RNG.normal(size=(64, 1)).astype("float32")
 
 
-def make_model():
+def make_model(dropout_seed=1):
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
         [
             keras.Input((8,)),
             keras.layers.Dense(16, activation="relu"),
-            keras.layers.Dropout(0.3, seed=1),  # Random state to restore.
+            # Random state to restore. Unseeded (the default of every
+            # dropout layer), torch draws from its global generators.
+            keras.layers.Dropout(0.3, seed=dropout_seed),
             keras.layers.Dense(1),
         ]
     )
@@ -51,17 +53,19 @@ class StopAfterEpoch(keras.callbacks.Callback):
             raise KeyboardInterrupt
 
 
-def test_resumed_training_equals_uninterrupted_training(tmp_path):
-    uninterrupted = make_model()
+@pytest.mark.parametrize("dropout_seed", [1, None], ids=["seeded", "unseeded"])
+def test_resumed_training_equals_uninterrupted_training(tmp_path, dropout_seed):
+    uninterrupted = make_model(dropout_seed)
     fit(uninterrupted, 4, [])
 
-    interrupted = make_model()
+    interrupted = make_model(dropout_seed)
     backup = AtomicBackupAndRestore(tmp_path / "backup")
     with pytest.raises(KeyboardInterrupt):
         fit(interrupted, 4, [backup, StopAfterEpoch(1)])
     assert backup.completed_epochs() == 2
 
-    resumed = make_model()  # A fresh process would build a fresh model.
+    resumed = make_model(dropout_seed)  # A fresh process: a fresh model.
+    keras.utils.set_random_seed(7)  # and its own random state until restored
     history = fit(resumed, 4, [AtomicBackupAndRestore(tmp_path / "backup")])
     assert history.epoch == [2, 3]
     for expected, actual in zip(
@@ -134,6 +138,12 @@ def one_epoch_backup(directory):
         ("weights", 5, "the name of a weights file this callback writes"),
         ("weights", "model.keras", "the name of a weights file this callback writes"),
         ("random_states", "abc", "a list of arrays"),
+        ("torch_random_state", [1, 2], "the state of torch's generators or null"),
+        (
+            "torch_random_state",
+            {"cpu": [300], "cuda": []},
+            "the state of torch's generators or null",
+        ),
     ],
 )
 def test_metadata_values_are_checked_before_fit(tmp_path, field, value, expected):
