@@ -76,3 +76,20 @@ def load_preset(preset, model_class, dtype):
     overrides = {} if dtype is None else {"dtype": dtype}
     model = model_class.from_preset(directory, **overrides)
     return directory, model, SubwordTokenizer.from_preset(directory)
+
+
+def check_jit_compile(jit_compile):
+    """`jit_compile` of a text task: `"auto"`, `True` or `False`."""
+    if jit_compile == "auto" or isinstance(jit_compile, bool):
+        return jit_compile
+    raise ValueError(
+        '`jit_compile` must be "auto", True or False. '
+        f"Received: jit_compile={jit_compile!r}"
+    )
+
+
+def compiled(generator, jit_compile):
+    """`generator` compiled as `jit_compile` asks ("auto": Keras's default)."""
+    if jit_compile != "auto":
+        generator.compile(jit_compile=jit_compile)
+    return generator

@@ -7,8 +7,10 @@ import tensorflow as tf
 
 from keras_attn.generation import SequenceGenerator, samplers
 from keras_attn.text.task_checks import (
+    check_jit_compile,
     check_texts,
     check_tokenizer_matches,
+    compiled,
     load_preset,
 )
 from keras_attn.validation import check_int, check_positive_int
@@ -36,6 +38,15 @@ class TextGenerator:
         batch_size: prompts per decoding batch. Defaults to `32`.
         length_multiple: prompt lengths are padded to a multiple of this.
             Defaults to `8`.
+        jit_compile: `"auto"`, `True` or `False`, how Keras compiles the
+            decoding loop (`SequenceGenerator.compile(jit_compile=...)`).
+            `"auto"` is Keras's default: XLA on JAX, `tf.function` on
+            TensorFlow, eager steps on torch. `True` on torch hands the loop
+            to `torch.compile`: about 2x faster per batch once compiled, but
+            the first batch of each shape compiles for up to a minute
+            (`docs/performance.md`, "Compiled decoding on torch"), so it
+            pays off for a server, not for a few sentences. Defaults to
+            `"auto"`.
 
     Example:
 
@@ -52,8 +63,10 @@ class TextGenerator:
         max_length=None,
         batch_size=32,
         length_multiple=8,
+        jit_compile="auto",
     ):
         check_tokenizer_matches(tokenizer, model)
+        self.jit_compile = check_jit_compile(jit_compile)
         self.model = model
         self.tokenizer = tokenizer
         self.sampler = samplers.get(sampler)
@@ -97,12 +110,13 @@ class TextGenerator:
     def _generator(self, sampler, max_length):
         key = (sampler, max_length)
         if key not in self._generators:
-            self._generators[key] = SequenceGenerator(
+            generator = SequenceGenerator(
                 self.model,
                 sampler=sampler,
                 end_id=self.tokenizer.end_id,
                 max_length=max_length,
             )
+            self._generators[key] = compiled(generator, self.jit_compile)
         return self._generators[key]
 
     def generate_ids(self, prompts, max_length=None, sampler=None):

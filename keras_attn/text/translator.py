@@ -8,8 +8,10 @@ import tensorflow as tf
 
 from keras_attn.generation import SequenceGenerator
 from keras_attn.text.task_checks import (
+    check_jit_compile,
     check_texts,
     check_tokenizer_matches,
+    compiled,
     load_preset,
 )
 from keras_attn.validation import check_int, check_positive_int
@@ -63,6 +65,15 @@ class Translator:
         sampler: a `keras_attn.generation.Sampler` (`BeamSampler(5)`,
             `TopPSampler(0.9, seed=1)`, ...) or its name, in place of
             `strategy` and its options. Defaults to `None`.
+        jit_compile: `"auto"`, `True` or `False`, how Keras compiles the
+            decoding loop (`SequenceGenerator.compile(jit_compile=...)`).
+            `"auto"` is Keras's default: XLA on JAX, `tf.function` on
+            TensorFlow, eager steps on torch. `True` on torch hands the loop
+            to `torch.compile`: about 2x faster per batch once compiled, but
+            the first batch of each shape compiles for up to a minute
+            (`docs/performance.md`, "Compiled decoding on torch"), so it
+            pays off for a server, not for a few sentences. Defaults to
+            `"auto"`.
         **options: decoding options (`beam_size`, `length_penalty_alpha`,
             `top_k`, `top_p`, `seed`, `max_length`, ...).
 
@@ -82,9 +93,11 @@ class Translator:
         max_source_length=None,
         length_multiple=8,
         sampler=None,
+        jit_compile="auto",
         **options,
     ):
         check_tokenizer_matches(tokenizer, model)
+        jit_compile = check_jit_compile(jit_compile)
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = check_positive_int(batch_size, "batch_size")
@@ -104,7 +117,7 @@ class Translator:
                 f"Received: max_source_length={max_source_length}"
             )
         self.length_multiple = check_positive_int(length_multiple, "length_multiple")
-        self.generator = SequenceGenerator(
+        generator = SequenceGenerator(
             model,
             strategy=strategy,
             start_id=tokenizer.start_id,
@@ -112,6 +125,7 @@ class Translator:
             sampler=sampler,
             **options,
         )
+        self.generator = compiled(generator, jit_compile)
 
     @classmethod
     def from_preset(

@@ -72,6 +72,45 @@ def test_seeded_sampling_on_strings_is_reproducible(lm_preset):
     assert all(isinstance(text, str) for text in texts[0])
 
 
+def test_jit_compile_reaches_the_decoding_loop(lm_preset, tokenizer):
+    """`jit_compile` compiles the generators (`"auto"`: Keras's default);
+    anything else is refused, naming the argument."""
+    from keras_attn.models import Transformer
+
+    directory, model = lm_preset
+    for value in (True, False):
+        generator = TextGenerator.from_preset(
+            directory, max_length=MAX_LENGTH, jit_compile=value
+        )
+        assert generator._generator(generator.sampler, MAX_LENGTH).jit_compile is value
+    seq2seq = Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
+    )
+    translator = Translator(seq2seq, tokenizer, strategy="greedy", jit_compile=False)
+    assert translator.generator.jit_compile is False
+    for task in (
+        lambda: TextGenerator(model, tokenizer, jit_compile="yes"),
+        lambda: Translator(seq2seq, tokenizer, jit_compile=1),
+    ):
+        with pytest.raises(ValueError, match="`jit_compile` must be"):
+            task()
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "torch",
+    reason="torch.compile: JAX and TensorFlow compile by default",
+)
+def test_torch_compiled_generation_on_strings_equals_eager(lm_preset, tokenizer):
+    # `jit_compile=True` on torch: Keras hands the whole decoding loop to
+    # `torch.compile`; the strings are those of eager `generate_lm`.
+    directory, model = lm_preset
+    generator = TextGenerator.from_preset(
+        directory, max_length=MAX_LENGTH, jit_compile=True
+    )
+    texts = generator.generate(PROMPTS)
+    assert texts == reference_continuations(model, tokenizer, PROMPTS)
+
+
 def test_generator_bad_input_names_the_argument(lm_preset, tokenizer):
     _, model = lm_preset
     generator = TextGenerator(model, tokenizer, max_length=MAX_LENGTH)
