@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attn.layers._last_axis_matmul import flattens_positions
 from keras_attn.layers.lora_saving import LoraSavingMixin
 
 # (batch, length, dim) x (dim, heads, head_dim) -> (batch, length, heads, head_dim)
@@ -110,7 +111,7 @@ class AttentionProjection(LoraSavingMixin, keras.layers.EinsumDense):
         four more `keras.ops` calls (reshapes and a shape), each paying
         Keras's host-side dispatch in an eager step.
         """
-        if keras.backend.backend() == "torch":
+        if not flattens_positions():
             return False
         output_axes = {TO_HEADS: 2, FROM_HEADS: 1}.get(self.equation)
         if output_axes is None:

@@ -4,6 +4,7 @@ variants (Shazeer, 2020)."""
 import keras
 from keras import ops
 
+from keras_attn.layers._last_axis_matmul import flattens_positions
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.position_wise_dense import PositionwiseDense
 from keras_attn.validation import check_bool, check_positive_int, check_rate
@@ -148,14 +149,19 @@ class FeedForward(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         # Position-wise: one 2-D product per layer over all positions, which
-        # XLA compiles to a cheaper backward pass (see `last_axis_matmul`).
-        flat = ops.reshape(inputs, (-1, inputs.shape[-1]))  # (batch * length, dim)
-        hidden = self.intermediate_dense(flat)  # (batch * length, d_ff)
+        # XLA compiles to a cheaper backward pass (not on torch, see
+        # `flattens_positions`).
+        flat = inputs
+        if flattens_positions():
+            flat = ops.reshape(inputs, (-1, inputs.shape[-1]))  # (batch * length, dim)
+        hidden = self.intermediate_dense(flat)  # (..., d_ff)
         if self.gated:
-            hidden = self.gate_dense(flat) * hidden  # (batch * length, d_ff)
+            hidden = self.gate_dense(flat) * hidden  # (..., d_ff)
         if training:  # the identity at inference: no layer call
             hidden = self.dropout_layer(hidden, training=training)
-        outputs = self.output_dense(hidden)  # (batch * length, dim)
+        outputs = self.output_dense(hidden)  # (..., dim)
+        if flat is inputs:
+            return outputs
         return ops.reshape(outputs, ops.shape(inputs))  # (batch, length, dim)
 
     def compute_output_shape(self, inputs_shape):
