@@ -27,7 +27,7 @@ class AttentionProjection(LoraSavingMixin, keras.layers.EinsumDense):
     heads are one reshape each. On torch every equation runs as in
     `EinsumDense` (one `torch.einsum`, which flattens in C++: each
     `keras.ops` call costs host time in an eager step, and the 2-D product
-    would take five). Any other equation runs as in `EinsumDense`.
+    takes four more). Any other equation runs as in `EinsumDense`.
 
     Everything else is `EinsumDense`'s own: LoRA (`enable_lora`, read
     through the `kernel` property, so the 2-D product includes it),
