@@ -9,8 +9,10 @@ loudly if a Keras release changes the behaviour:
   `AtomicBackupAndRestore` does the same, here only.
 - `drop_keras_mask`: `keras.losses.Loss.__call__` rescales the loss by a
   Keras mask it finds on `y_pred` (from an `Embedding(mask_zero=True)`),
-  and there is no public way to remove a mask. A fresh tensor
-  (`keras.ops.copy`) carries none; XLA removes the copy under `jit`.
+  and there is no public way to remove a mask. A new tensor object
+  carries none: a reshape to the same shape (a view on torch, the same
+  buffer on TensorFlow), or a copy where the backend hands the same object
+  back (JAX; XLA removes the copy under `jit`).
 """
 
 import keras
@@ -28,5 +30,13 @@ def set_initial_epoch(model, epoch):
 
 
 def drop_keras_mask(tensor):
-    """`tensor`'s values without the Keras mask propagated with it."""
-    return keras.ops.copy(tensor)
+    """`tensor`'s values without the Keras mask propagated with it.
+
+    Keras keeps a mask on the tensor object (an attribute, or an entry by
+    `id`). The copy this once always made cost eager torch a pass over the
+    whole `(batch, length, vocabulary)` logits every training step.
+    """
+    fresh = keras.ops.reshape(tensor, keras.ops.shape(tensor))
+    if fresh is tensor:
+        fresh = keras.ops.copy(tensor)
+    return fresh

@@ -1,7 +1,24 @@
-"""Label-smoothed softmax cross-entropy from logits, with a fused gradient."""
+"""Label-smoothed softmax cross-entropy from logits.
+
+Two formulations of one function, each the fast one on its backends:
+
+- JAX and TensorFlow: the gradient written out (`ops.custom_gradient`), so
+  that XLA runs the backward as one element-wise pass over the logits.
+- torch: `ops.log_softmax` and a gather, differentiated by autograd, as
+  `torch.nn.functional.cross_entropy` computes it. Eager torch runs every
+  op as its own kernel: the written-out formulation is about ten
+  element-wise kernels over the `(batch, length, vocabulary)` logits there,
+  forward and backward, while `log_softmax` and its backward are one fused
+  kernel each (docs/performance.md, "The loss on torch").
+"""
 
 import keras
 from keras import ops
+
+
+def writes_out_gradient():
+    """Whether this backend takes the written-out gradient (JAX, TensorFlow)."""
+    return keras.config.backend() != "torch"
 
 
 def _log_normalizer(logits):
@@ -54,14 +71,16 @@ def smoothed_softmax_cross_entropy(logits, labels, label_smoothing=0.0, valid=No
     loss = (1 - eps) * (lse - logits[label]) + eps * (lse - mean(logits))
     ```
 
-    The gradient with respect to the logits is written out
-    (`softmax(logits) - (1 - eps) * one_hot(label) - eps / K`, times the
-    incoming gradient) rather than derived by automatic differentiation, so
-    that the backward pass is one element-wise pass over the
-    `(batch, length, vocabulary)` logits: no log-probabilities, no one-hot
-    tensor and no masked copy of the logits are formed, forward or backward.
-    Tokens where `valid` is `False` get a loss of 0 and a gradient of exactly
-    0, whatever their logits hold (NaN included).
+    On JAX and TensorFlow the gradient with respect to the logits is
+    written out (`softmax(logits) - (1 - eps) * one_hot(label) - eps / K`,
+    times the incoming gradient) rather than derived by automatic
+    differentiation, so that the backward pass is one element-wise pass
+    over the `(batch, length, vocabulary)` logits: no log-probabilities, no
+    one-hot tensor and no masked copy of the logits are formed, forward or
+    backward. On torch autograd derives it from `log_softmax` (fused
+    kernels; see the module docstring). Tokens where `valid` is `False` get
+    a loss of 0 and a gradient of exactly 0, whatever their logits hold
+    (NaN included).
 
     Args:
         logits: float32 tensor `(batch, length, vocabulary)`.
@@ -78,6 +97,33 @@ def smoothed_softmax_cross_entropy(logits, labels, label_smoothing=0.0, valid=No
     if valid is not None:
         # An ignored id may lie outside the vocabulary: never gather it.
         labels = ops.where(valid, labels, 0)
+    logits = ops.cast(logits, "float32")
+    if not writes_out_gradient():
+        return _log_softmax_cross_entropy(logits, labels, eps, valid)
+    return _written_out_cross_entropy(logits, labels, eps, valid)
+
+
+def _log_softmax_cross_entropy(logits, labels, eps, valid):
+    """The per-token losses through `log_softmax`, for autograd (torch)."""
+    if valid is not None:
+        # Zeros at ignored tokens: their loss and gradient are then exactly
+        # 0 (the `where` passes none back), even where the logits are NaN.
+        logits = ops.where(valid[..., None], logits, 0.0)
+    log_probs = ops.log_softmax(logits, axis=-1)  # (batch, length, vocabulary)
+    # (batch, length, 1) -> (batch, length)
+    label_log_probs = ops.squeeze(
+        ops.take_along_axis(log_probs, labels[..., None], axis=-1), axis=-1
+    )
+    losses = -label_log_probs
+    if eps:
+        losses = (1.0 - eps) * losses - eps * ops.mean(log_probs, axis=-1)
+    if valid is not None:
+        losses = ops.where(valid, losses, 0.0)
+    return losses
+
+
+def _written_out_cross_entropy(logits, labels, eps, valid):
+    """The per-token losses with their gradient written out (JAX, TensorFlow)."""
 
     @ops.custom_gradient
     def cross_entropy(logits):
@@ -96,4 +142,4 @@ def smoothed_softmax_cross_entropy(logits, labels, label_smoothing=0.0, valid=No
 
         return losses, grad
 
-    return cross_entropy(ops.cast(logits, "float32"))
+    return cross_entropy(logits)

@@ -252,3 +252,33 @@ def test_litert_accuracy_smoke(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     for preset in ("| `bbc_news_classifier` | 16 |", "| `digits_vit` | 16 |"):
         assert preset in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("bench", ["train", "decode"])
+def test_torch_floor_quick(bench):
+    # Eager torch's profiler and call counts: torch only (about 10 s each).
+    if keras.backend.backend() != "torch":
+        pytest.skip("bench/torch_floor.py measures eager torch")
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "torch_floor.py"), bench, "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "KERAS_BACKEND": "torch"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert "aten op, self time per step" in out and "aten::" in out
+    if bench == "train":
+        for part in ("matrix products", "loss, forward + backward", "Adam update"):
+            assert f"\n  {part} " in out, out
+        assert "ceiling, keras-hub step / floor: " in out
+    else:
+        for side in ("keras-attn", "keras-hub"):
+            line = next(
+                x
+                for x in out.splitlines()
+                if x.startswith(f"{side}: ") and "Layer.__call__" in x
+            )
+            layer_calls = int(line.split()[1].replace(",", ""))
+            assert layer_calls > 0, line

@@ -236,6 +236,35 @@ def test_gradient_matches_the_numpy_formula(eps):
     np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_both_formulations_agree_on_this_backend(eps, monkeypatch):
+    """The written-out gradient (JAX, TensorFlow) and autograd through
+    `log_softmax` (torch) give the same losses and gradients on any backend,
+    exactly 0 at ignored tokens whose logits are NaN."""
+    from keras_attn.training import softmax_cross_entropy
+
+    labels, logits = make_batch(seed=5)
+    valid = labels != PAD
+    logits[~valid] = np.nan
+    results = {}
+    for written_out in (True, False):
+        monkeypatch.setattr(
+            softmax_cross_entropy, "writes_out_gradient", lambda w=written_out: w
+        )
+        results[written_out] = value_and_grad(
+            lambda x: keras.ops.sum(
+                softmax_cross_entropy.smoothed_softmax_cross_entropy(
+                    x, labels.astype("int32"), eps, keras.ops.convert_to_tensor(valid)
+                )
+            ),
+            logits,
+        )
+    (value, grad), (other_value, other_grad) = results[True], results[False]
+    np.testing.assert_allclose(other_value, value, rtol=1e-5)
+    np.testing.assert_allclose(other_grad, grad, rtol=1e-5, atol=1e-7)
+    assert np.all(other_grad[~valid] == 0.0) and np.all(grad[~valid] == 0.0)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_low_precision_logits(dtype):
     labels, logits = make_batch()
