@@ -10,9 +10,8 @@ loudly if a Keras release changes the behaviour:
 - `drop_keras_mask`: `keras.losses.Loss.__call__` rescales the loss by a
   Keras mask it finds on `y_pred` (from an `Embedding(mask_zero=True)`),
   and there is no public way to remove a mask. A new tensor object
-  carries none: a reshape to the same shape (a view on torch, the same
-  buffer on TensorFlow), or a copy where the backend hands the same object
-  back (JAX; XLA removes the copy under `jit`).
+  carries none: a reshape to the same shape (a view on torch, no work
+  under XLA), or a copy should a backend ever hand the same object back.
 """
 
 import keras
