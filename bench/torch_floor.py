@@ -198,7 +198,10 @@ def run_train(args):
     ):
         print(f"  {part:28s} {ms:8.1f} ms  {100 * ms / peer_ms:5.1f}% of {peer}'s step")
     ours = step_seconds["keras-attn (equal work)"] * 1e3
-    print(f"keras-attn / keras-hub at equal work: {peer_ms / ours:.2f}x")
+    print(
+        f"keras-attn / keras-hub at equal work: {peer_ms / ours:.2f}x "
+        "(timed one after the other; train_throughput.py interleaves them)"
+    )
     print(f"ceiling, keras-hub step / floor: {peer_ms / floor_ms:.2f}x")
 
 
@@ -315,7 +318,8 @@ def run_decode(args):
             f"{100 * framework / seconds[name]:.0f}% of its decode"
         )
     print(
-        f"keras-attn / keras-hub: {seconds['keras-hub'] / seconds['keras-attn']:.2f}x"
+        f"keras-attn / keras-hub: {seconds['keras-hub'] / seconds['keras-attn']:.2f}x "
+        "(timed one after the other; lm_decoding.py interleaves them)"
     )
 
 
