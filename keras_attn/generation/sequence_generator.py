@@ -21,6 +21,7 @@ from keras_attn.generation.greedy_search import greedy_search
 from keras_attn.generation.samplers import from_strategy
 from keras_attn.generation.sampling import sample
 from keras_attn.generation.seq2seq import decoding_result, generate_seq2seq
+from keras_attn.thread_safety import predict_lock
 from keras_attn.validation import check_bool, check_choice, check_token_id
 
 STRATEGIES = {"greedy": greedy_search, "beam": beam_search, "sample": sample}
@@ -103,6 +104,16 @@ class SequenceGenerator(keras.Model):
     compiles the whole decoding loop: `jax.jit` on JAX, `tf.function` (with
     XLA where available) on TensorFlow. Each new input shape compiles once;
     pad inputs to a few bucket lengths to reuse compilations.
+
+    `generate` is thread-safe: threads may share one generator, or several
+    generators over one model, on every backend, first (compiling) call
+    included. A deterministic sampler gives each call what it gives alone;
+    a seeded one shares out between the calls the draws that calls one
+    after another would get, each once. On JAX every call holds the
+    model's lock (`keras_attn.thread_safety`: Keras's JAX predict donates
+    the variables' buffers); on TensorFlow and torch only a random
+    sampler's calls do (each advances the seed state), the others run
+    concurrently.
 
     A `keras_attn.models.Transformer` is decoded with `generate_seq2seq`
     (the input is source ids), a `keras_attn.models.TransformerLM` with
@@ -228,7 +239,9 @@ class SequenceGenerator(keras.Model):
         batch_size = tokens.shape[0]
         if batch_size == 0:
             return self._empty_result(tokens)
-        return _first_replica(self.predict_on_batch(tokens), self, batch_size)
+        with predict_lock(self.model, advances_state=self.sampler.is_random):
+            result = self.predict_on_batch(tokens)
+        return _first_replica(result, self, batch_size)
 
     def _empty_result(self, tokens):
         """`generate`'s result for an empty batch, as NumPy arrays."""

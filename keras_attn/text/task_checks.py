@@ -79,12 +79,22 @@ def load_preset(preset, model_class, dtype):
 
 
 def check_jit_compile(jit_compile):
-    """`jit_compile` of a text task: `"auto"`, `True` or `False`."""
-    if jit_compile == "auto" or isinstance(jit_compile, bool):
+    """`jit_compile` of a text task: `"auto"`, or a boolean as a Python `bool`.
+
+    NumPy booleans (`np.True_`) are booleans. Any other string is refused
+    with `ValueError`; any other type with `TypeError` (`1`, `None`, an
+    array, even a 0-d one), before a comparison that an array would answer
+    elementwise.
+    """
+    if isinstance(jit_compile, (bool, np.bool_)):
+        return bool(jit_compile)
+    if isinstance(jit_compile, str) and jit_compile == "auto":
         return jit_compile
-    raise ValueError(
+    error = ValueError if isinstance(jit_compile, str) else TypeError
+    raise error(
         '`jit_compile` must be "auto", True or False. '
-        f"Received: jit_compile={jit_compile!r}"
+        f"Received: jit_compile={jit_compile!r:.100} of type "
+        f"{type(jit_compile).__name__}"
     )
 
 

@@ -8,6 +8,7 @@ from keras_attn.text.task_checks import (
     check_tokenizer_matches,
     load_preset,
 )
+from keras_attn.thread_safety import predict_lock
 from keras_attn.validation import check_int, check_positive_int, check_string_list
 
 
@@ -17,6 +18,12 @@ class TextClassifier:
     Each text becomes `[start] + its first pieces` (the start id serving as
     BERT's `[CLS]`), cut to `sequence_length` and right-padded to it, so one
     compiled function serves every batch.
+
+    Thread-safe: threads may share one `TextClassifier`, on every backend,
+    first (compiling) call included; each call gives what it gives alone.
+    On JAX the predict calls on the model are serialized
+    (`keras_attn.thread_safety`: Keras's JAX predict donates the
+    variables' buffers); TensorFlow and torch run them concurrently.
 
     Args:
         model: a trained `keras_attn.models.TransformerEncoderClassifier`.
@@ -103,7 +110,8 @@ class TextClassifier:
         ids = self.encode(texts)
         if not len(ids):
             return np.zeros((0, self.model.num_classes), "float32")
-        logits = self.model.predict(ids, batch_size=self.batch_size, verbose=0)
+        with predict_lock(self.model):
+            logits = self.model.predict(ids, batch_size=self.batch_size, verbose=0)
         logits = np.asarray(logits, "float64")
         logits -= logits.max(axis=-1, keepdims=True)
         probabilities = np.exp(logits)

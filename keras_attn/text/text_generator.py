@@ -1,6 +1,7 @@
 """Text in, text out for a language model: a tokenizer, a `TransformerLM`, a sampler."""
 
 import math
+import threading
 
 import numpy as np
 import tensorflow as tf
@@ -26,6 +27,14 @@ class TextGenerator:
     pieces, detokenized and returned in the input order, prompt included
     (as keras-hub's `CausalLM.generate`).
 
+    Thread-safe: threads may share one `TextGenerator` (a server's request
+    threads), on every backend, first (compiling) call included. Each
+    generator is made once per sampler and `max_length`; decoding is
+    serialized where the backend needs it (`SequenceGenerator`), so a
+    deterministic sampler gives each thread what a call alone gives, and a
+    seeded sampler gives the calls the draws that sequential calls would
+    share out, each once.
+
     Args:
         model: a trained `keras_attn.models.TransformerLM`.
         tokenizer: the `keras_attn.text.SubwordTokenizer` it was trained with.
@@ -38,9 +47,10 @@ class TextGenerator:
         batch_size: prompts per decoding batch. Defaults to `32`.
         length_multiple: prompt lengths are padded to a multiple of this.
             Defaults to `8`.
-        jit_compile: `"auto"`, `True` or `False`, how Keras compiles the
-            decoding loop (`SequenceGenerator.compile(jit_compile=...)`).
-            `"auto"` is Keras's default: XLA on JAX, `tf.function` on
+        jit_compile: `"auto"`, `True` or `False` (NumPy booleans too),
+            how Keras compiles the decoding loop
+            (`SequenceGenerator.compile(jit_compile=...)`). `"auto"` is
+            Keras's default: XLA on JAX, `tf.function` on
             TensorFlow, eager steps on torch. `True` on torch hands the loop
             to `torch.compile`: about 2x faster per batch once compiled, but
             the first batch of each shape compiles for up to a minute
@@ -73,7 +83,11 @@ class TextGenerator:
         self.max_length = self._check_max_length(max_length)
         self.batch_size = check_positive_int(batch_size, "batch_size")
         self.length_multiple = check_positive_int(length_multiple, "length_multiple")
+        # One generator per (sampler, max_length), made once even when
+        # threads ask for a new one together: two generators of a seeded
+        # sampler would draw the same numbers.
         self._generators = {}
+        self._generators_lock = threading.Lock()
 
     @classmethod
     def from_preset(cls, preset, dtype=None, **kwargs):
@@ -109,15 +123,16 @@ class TextGenerator:
 
     def _generator(self, sampler, max_length):
         key = (sampler, max_length)
-        if key not in self._generators:
-            generator = SequenceGenerator(
-                self.model,
-                sampler=sampler,
-                end_id=self.tokenizer.end_id,
-                max_length=max_length,
-            )
-            self._generators[key] = compiled(generator, self.jit_compile)
-        return self._generators[key]
+        with self._generators_lock:
+            if key not in self._generators:
+                generator = SequenceGenerator(
+                    self.model,
+                    sampler=sampler,
+                    end_id=self.tokenizer.end_id,
+                    max_length=max_length,
+                )
+                self._generators[key] = compiled(generator, self.jit_compile)
+            return self._generators[key]
 
     def generate_ids(self, prompts, max_length=None, sampler=None):
         """Continues `prompts`; returns `(token_ids, scores)` per prompt."""

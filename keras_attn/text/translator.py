@@ -51,6 +51,13 @@ class Translator:
     list (or 1-D array) of `str`: a single string, a dict, or a string
     with a lone surrogate is refused (`TypeError`, `ValueError`).
 
+    Thread-safe: threads may share one `Translator` (a server's request
+    threads), on every backend, first (compiling) call included; each call
+    gives what it gives alone (a seeded sampler's draws are shared out
+    between the calls, each once). Its state is read-only after
+    construction, and its `SequenceGenerator` serializes decoding where
+    the backend needs it.
+
     Args:
         model: a trained `keras_attn.models.Transformer`.
         tokenizer: the `keras_attn.text.SubwordTokenizer` it was trained with.
@@ -65,9 +72,10 @@ class Translator:
         sampler: a `keras_attn.generation.Sampler` (`BeamSampler(5)`,
             `TopPSampler(0.9, seed=1)`, ...) or its name, in place of
             `strategy` and its options. Defaults to `None`.
-        jit_compile: `"auto"`, `True` or `False`, how Keras compiles the
-            decoding loop (`SequenceGenerator.compile(jit_compile=...)`).
-            `"auto"` is Keras's default: XLA on JAX, `tf.function` on
+        jit_compile: `"auto"`, `True` or `False` (NumPy booleans too),
+            how Keras compiles the decoding loop
+            (`SequenceGenerator.compile(jit_compile=...)`). `"auto"` is
+            Keras's default: XLA on JAX, `tf.function` on
             TensorFlow, eager steps on torch. `True` on torch hands the loop
             to `torch.compile`: about 2x faster per batch once compiled, but
             the first batch of each shape compiles for up to a minute

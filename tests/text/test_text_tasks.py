@@ -1,5 +1,7 @@
 """`TextGenerator` and `TextClassifier`: strings in, strings or labels out."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -73,8 +75,7 @@ def test_seeded_sampling_on_strings_is_reproducible(lm_preset):
 
 
 def test_jit_compile_reaches_the_decoding_loop(lm_preset, tokenizer):
-    """`jit_compile` compiles the generators (`"auto"`: Keras's default);
-    anything else is refused, naming the argument."""
+    """`jit_compile` compiles the generators (`"auto"`: Keras's default)."""
     from keras_attn.models import Transformer
 
     directory, model = lm_preset
@@ -88,12 +89,70 @@ def test_jit_compile_reaches_the_decoding_loop(lm_preset, tokenizer):
     )
     translator = Translator(seq2seq, tokenizer, strategy="greedy", jit_compile=False)
     assert translator.generator.jit_compile is False
+
+
+JIT_COMPILE_ACCEPTED = [
+    # (value, what the task keeps)
+    ("auto", "auto"),
+    (True, True),
+    (False, False),
+    (np.True_, True),
+    (np.False_, False),
+]
+JIT_COMPILE_REFUSED = [
+    # (value, error, how the message shows it)
+    ("yes", ValueError, "jit_compile='yes' of type str"),
+    ("AUTO", ValueError, "jit_compile='AUTO' of type str"),
+    (1, TypeError, "jit_compile=1 of type int"),
+    (None, TypeError, "jit_compile=None of type NoneType"),
+    # Compared with "auto" elementwise, these said "truth value ambiguous".
+    (np.array([True, False]), TypeError, r"jit_compile=array\(\[ True, False\]\)"),
+    (
+        np.array(["auto", "x"]),
+        TypeError,
+        r"jit_compile=array\(\['auto', 'x'\].* of type ndarray",
+    ),
+    (np.array(True), TypeError, r"jit_compile=array\(True\) of type ndarray"),
+]
+
+
+@pytest.mark.parametrize("value, kept", JIT_COMPILE_ACCEPTED)
+def test_jit_compile_accepts_auto_and_booleans(lm_preset, tokenizer, value, kept):
+    from keras_attn.models import Transformer
+
+    _, model = lm_preset
+    generator = TextGenerator(
+        model, tokenizer, max_length=MAX_LENGTH, jit_compile=value
+    )
+    # A Python `bool` (or "auto"), whatever boolean was given.
+    assert generator.jit_compile is kept
+    seq2seq = Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
+    )
+    translator = Translator(seq2seq, tokenizer, strategy="greedy", jit_compile=value)
+    if kept != "auto":  # "auto" leaves the generator uncompiled: Keras decides.
+        assert translator.generator.jit_compile is kept
+
+
+@pytest.mark.parametrize("value, error, shown", JIT_COMPILE_REFUSED)
+def test_jit_compile_refuses_anything_else_by_name(
+    lm_preset, tokenizer, value, error, shown
+):
+    from keras_attn.models import Transformer
+
+    _, model = lm_preset
+    seq2seq = Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
+    )
     for task in (
-        lambda: TextGenerator(model, tokenizer, jit_compile="yes"),
-        lambda: Translator(seq2seq, tokenizer, jit_compile=1),
+        lambda: TextGenerator(model, tokenizer, jit_compile=value),
+        lambda: Translator(seq2seq, tokenizer, jit_compile=value),
     ):
-        with pytest.raises(ValueError, match="`jit_compile` must be"):
+        with pytest.raises(error) as info:
             task()
+        message = str(info.value)
+        assert message.startswith('`jit_compile` must be "auto", True or False. ')
+        assert re.search(f"Received: {shown}", message)
 
 
 @pytest.mark.skipif(
