@@ -15,13 +15,20 @@ One home for the file habits every writer and reader in keras-attn shares:
   deeply is refused with a `ValueError` naming the file.
 - `read_error_reason`: why a weights file could not be read, in words
   (truncated, not HDF5), for messages that name the file.
+- `open_regular_file` / `read_regular_file`: a file a program keeps for
+  itself at a fixed name (a lock, a pid file) is opened only if it is a
+  regular file: a symbolic link in its place is never followed and a FIFO
+  or device never opened, so a planted link cannot make the program create,
+  truncate or overwrite a file elsewhere.
 """
 
 import ctypes
+import errno
 import json
 import os
 import re
 import shutil
+import stat
 import sys
 import uuid
 from pathlib import Path
@@ -255,3 +262,105 @@ def read_error_reason(error):
     if "file signature not found" in message:
         return "the file is not an HDF5 weights file (file signature not found)"
     return f"{type(error).__name__}: {message}"
+
+
+class NotARegularFileError(OSError):
+    """A path where a regular file belongs holds a symbolic link, a folder,
+    a FIFO, a device or a socket (raised by `open_regular_file`).
+
+    Attributes:
+        path: the path, a `str`.
+        found: what is there, in words (`"a symbolic link to '/etc/passwd'"`).
+    """
+
+    def __init__(self, path, found):
+        super().__init__(f"{path} is {found}, not a regular file")
+        self.path = str(path)
+        self.found = found
+
+
+def describe_path(path):
+    """What is at `path`, in words, without following a symbolic link:
+    `"a symbolic link to 'x'"`, `"a FIFO (named pipe)"`, `"a folder"`,
+    `"a character device"`, `"a block device"`, `"a socket"`,
+    `"a regular file"` or `"nothing"`."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "nothing"
+    if stat.S_ISLNK(mode):
+        try:
+            return f"a symbolic link to {os.readlink(path)!r}"
+        except OSError:
+            return "a symbolic link"
+    for test, words in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return words
+    return "a special file"
+
+
+def open_regular_file(path, flags, mode=0o644):
+    """`os.open(path, flags, mode)` that opens a regular file only.
+
+    A symbolic link at `path` is never followed (`O_NOFOLLOW`: with
+    `os.O_CREAT`, a dangling link does not create its target either), and a
+    FIFO, device, socket or folder is refused before it is opened; the
+    open itself is non-blocking (`O_NONBLOCK`), so a FIFO put in place
+    between the check and the open cannot hang it, and the descriptor is
+    checked again (`fstat`) before it is returned. Nothing is written,
+    truncated or created unless `path` is (or becomes) a regular file.
+
+    Args:
+        path: `str` or `os.PathLike`.
+        flags: `os.O_*` flags, e.g. `os.O_RDWR | os.O_CREAT` (do not pass
+            `os.O_TRUNC`: truncate with `os.ftruncate` once this returns).
+        mode: the permissions of a file it creates. Defaults to `0o644`.
+
+    Returns:
+        The descriptor (blocking), which the caller closes.
+
+    Raises:
+        NotARegularFileError: something other than a regular file is at
+            `path`, named in words.
+        OSError: the file cannot be opened (missing, no permission, ...).
+    """
+    path = os.fspath(path)
+    found = describe_path(path)
+    if found not in ("nothing", "a regular file"):
+        raise NotARegularFileError(path, found)
+    safe_flags = (
+        flags
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+    )
+    try:
+        descriptor = os.open(path, safe_flags, mode)
+    except OSError as error:
+        # A link put in place since the check: ELOOP (Linux), EMLINK (BSD).
+        if error.errno in (errno.ELOOP, errno.EMLINK) or os.path.islink(path):
+            raise NotARegularFileError(path, describe_path(path)) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise NotARegularFileError(path, describe_path(path))
+        os.set_blocking(descriptor, True)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def read_regular_file(path):
+    """The bytes of `path`, read with `open_regular_file` (a link or a
+    special file there is refused with `NotARegularFileError`)."""
+    descriptor = open_regular_file(path, os.O_RDONLY)
+    with os.fdopen(descriptor, "rb") as file:
+        return file.read()

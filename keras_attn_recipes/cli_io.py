@@ -3,23 +3,62 @@
 Everything here is checked before any model loads: a bad input file or an
 output that cannot be written fails in a second, naming the path, not after
 a translation that took minutes.
+
+Failures the command line expects (`EXPECTED_FAILURES`: its own
+`CommandLineError`s, and `OSError`, the operating system's refusals: a
+missing file, a full disk, a read-only folder) are printed by the recipe's
+`main` as one `error: ...` line (`failure_message`), exit status 1, no
+traceback; any other exception is a bug and keeps its traceback.
+
+Outputs that are symbolic links (`output_target`): an output named on the
+command line (`translate --output`, `export --output`, `save-preset
+--preset-dir`) is written through a symbolic link to the link's final
+target, as a shell's `>` does: the target is created or replaced (a file
+atomically, a folder by a swap) and the link stays. A dangling link
+creates its target, whose folder must exist; a link loop is refused.
+Nothing is created at any other path, and checking an output creates
+nothing there.
 """
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 
-class InputError(ValueError):
+class CommandLineError(Exception):
+    """A failure the command line expects: an `error: ...` line, exit 1."""
+
+
+class InputError(CommandLineError, ValueError):
     """An input or output path the command line cannot use."""
 
 
-class RunDirectoryError(ValueError):
+class RunDirectoryError(CommandLineError, ValueError):
     """A run directory (`--output-dir`) or a file in it that cannot be used."""
 
 
-class PresetError(ValueError):
+class PresetError(CommandLineError, ValueError):
     """A `--preset` that cannot be used, or a flag a preset cannot take."""
+
+
+# What `main` reports as an `error: ...` line without a traceback.
+EXPECTED_FAILURES = (CommandLineError, OSError)
+
+
+def failure_message(error):
+    """The text of an expected failure's `error: ...` line.
+
+    An `OSError` raised by the operating system names its reason and file
+    (`Permission denied: '/data/out'`); one raised with a sentence of its
+    own (`No trained model at ...`) is that sentence.
+    """
+    if isinstance(error, OSError) and error.strerror and error.filename:
+        files = f"{str(error.filename)!r}"
+        if error.filename2:
+            files += f" -> {str(error.filename2)!r}"
+        return f"{error.strerror}: {files}"
+    return str(error)
 
 
 def split_lines(text):
@@ -75,29 +114,113 @@ def read_stdin():
     return split_lines(decode_utf8(stream.read(), "<stdin>"))
 
 
-def check_output_writable(path):
-    """Fails now if `--output` cannot be written later; changes nothing.
+def output_target(path, flag):
+    """Where an output named by `flag` is written: `path`, or the final
+    target of the symbolic link(s) at `path` (the module's rule for links).
 
-    Opening in append mode creates no content and truncates nothing; a file
-    created only for the check is removed again.
+    Raises:
+        InputError: `path` is a link loop (it never reaches a target).
     """
     path = Path(path)
-    if path.is_dir():
+    target = Path(os.path.realpath(path))
+    if target.is_symlink():  # `realpath` stops where links loop
         raise InputError(
-            f"--output must be a file path. Received: --output {str(path)!r} "
-            "(a directory)"
+            f"{flag} is a symbolic link that loops and never reaches a file "
+            f"or folder to write. Received: {flag} {str(path)!r}"
         )
-    existed = path.exists()
+    return target
+
+
+def _check_can_create_in(folder, flag, path):
+    """Fails unless a file can be created in `folder` (where the output's
+    atomic write puts its temporary file). The probe is a hidden temporary
+    file, removed at once: nothing is left, nothing else is created."""
     try:
-        with open(path, "a", encoding="utf-8"):
-            pass
+        descriptor, probe = tempfile.mkstemp(prefix=".partial-check-", dir=folder)
     except OSError as error:
         raise InputError(
-            f"--output cannot be written: {error.strerror}. "
-            f"Received: --output {str(path)!r}"
+            f"{flag} cannot be written: {error.strerror or error} ({folder}). "
+            f"Received: {flag} {str(path)!r}"
         ) from None
-    if not existed:
-        path.unlink()
+    os.close(descriptor)
+    os.unlink(probe)
+
+
+def check_output_writable(path, flag="--output"):
+    """Fails now if the output file `path` cannot be written later; changes
+    and creates nothing at `path` or at a link's target.
+
+    A regular file (or none) at the target is replaced atomically later, so
+    its folder must take a new file; a device or pipe (`/dev/stdout`) is
+    written as it is, and only its permission is checked (opening a pipe
+    to check it would end its reader's input).
+    """
+    target = output_target(path, flag)
+    if target.is_dir():
+        raise InputError(
+            f"{flag} must be a file path. Received: {flag} {str(path)!r} (a directory)"
+        )
+    if target.exists() and not target.is_file():
+        if not os.access(target, os.W_OK):
+            raise InputError(
+                f"{flag} cannot be written: Permission denied. "
+                f"Received: {flag} {str(path)!r}"
+            )
+        return
+    _check_can_create_in(target.parent, flag, path)
+
+
+def check_output_folder(path, flag="--output"):
+    """Fails now if the output folder `path` (a SavedModel, a preset) cannot
+    be created or replaced later; creates nothing there.
+
+    The target (through links) must be a folder or absent; its nearest
+    existing parent must take new entries (the folder is built beside its
+    destination and swapped in).
+    """
+    target = output_target(path, flag)
+    if target.exists() and not target.is_dir():
+        raise InputError(
+            f"{flag} must be a folder path (it is written as a folder). "
+            f"Received: {flag} {str(path)!r}, which is a file"
+        )
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(
+            f"{flag} cannot be created: {parent} is a file, not a folder. "
+            f"Received: {flag} {str(path)!r}"
+        )
+    _check_can_create_in(parent, flag, path)
+
+
+def write_output(path, text, flag="--output"):
+    """Writes `text` (UTF-8) to the output file `path`, following the
+    module's rule for links: a regular file (or none) at the target is
+    replaced atomically (a kill or a full disk leaves the old file); a
+    device or pipe (`/dev/stdout`) is written as it is.
+
+    Raises:
+        InputError: the write failed (a full disk, a read-only folder),
+            naming `flag` and `path`; a regular file is left unchanged.
+    """
+    from keras_attn.file_safety import write_text_atomically
+
+    target = output_target(path, flag)
+    try:
+        if target.exists() and not target.is_file():
+            with open(target, "w", encoding="utf-8") as file:
+                file.write(text)
+        else:
+            write_text_atomically(target, text)
+    except OSError as error:
+        special = target.exists() and not target.is_file()
+        kept = "" if special else "; a file that was there is unchanged"
+        raise InputError(
+            f"{flag} cannot be written: {error.strerror or error}{kept}. "
+            f"Received: {flag} {str(path)!r}"
+        ) from None
 
 
 def _same_file(first, second):
@@ -183,3 +306,63 @@ def collect_sentences(sentences, input_path, stdin_is_terminal):
     elif not sentences and not stdin_is_terminal:
         sentences = read_stdin()
     return sentences
+
+
+def check_trained_run(output_dir, command, average_last=None):
+    """Refuses an `--output-dir` that holds no trained model for `command`
+    (`evaluate`, `translate`, `export`, `save-preset`) before a model
+    loads: a folder that does not exist, a run whose `train` has not
+    finished (no `model.keras` yet), or `--average-last N` with fewer than
+    N epoch checkpoints."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        raise RunDirectoryError(
+            f"--output-dir {str(output_dir)!r} does not exist: there is no "
+            f"trained run to {command}. Run `train` with this --output-dir "
+            "first."
+        )
+    model_path = output_dir / "model.keras"
+    checkpoints = sorted((output_dir / "checkpoints").glob("epoch_*.keras"))
+    if not model_path.exists():
+        if (output_dir / "config.json").exists() or checkpoints:
+            # `train` writes config.json first and model.keras last.
+            reason = (
+                f"the run has not finished training ({len(checkpoints)} epoch "
+                "checkpoint(s) so far; `train` writes model.keras at its end). "
+                "Wait for `train` to finish, or run `train` again to resume it."
+            )
+        else:
+            reason = "run the `train` subcommand with this --output-dir first."
+        raise RunDirectoryError(f"No trained model at {model_path}: {reason}")
+    if average_last is not None and average_last > len(checkpoints):
+        raise RunDirectoryError(
+            f"--average-last {average_last} averages the last {average_last} "
+            f"epoch checkpoints, but {output_dir / 'checkpoints'} holds "
+            f"{len(checkpoints)}. Received: --average-last {average_last}"
+        )
+
+
+def check_split(data_dir, split):
+    """Refuses a `--split` that `evaluate` could not score, before a model
+    loads: a split without both files in the data folder (the message
+    lists the splits there), files that do not pair up, or no pairs."""
+    from keras_attn.text import MULTI30K_DIR, load_parallel_corpus
+
+    directory = Path(data_dir or MULTI30K_DIR)
+    where = f"--data-dir {str(directory)!r}" if data_dir else "the vendored Multi30k"
+    try:
+        sources, _ = load_parallel_corpus(directory, split)
+    except (FileNotFoundError, ValueError) as error:
+        names = sorted(
+            {p.name.split(".")[0] for p in directory.glob("*.en*")}
+            if directory.is_dir()
+            else ()
+        )
+        known = f" Splits in {where}: {', '.join(names)}." if names else ""
+        raise InputError(f"--split {split!r}: {error}{known}") from None
+    if not sources:
+        raise InputError(
+            f"--split {split!r} holds no sentence pairs in {where}: its files "
+            "are empty. Expected one sentence per line in "
+            f"{split}.en and {split}.de. Received: --split {split!r}"
+        )

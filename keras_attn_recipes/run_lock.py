@@ -13,6 +13,13 @@ its lock for as long as it runs:
   file no longer in the directory).
 - a second writer is refused at once with `RunDirectoryBusy`, naming the
   directory and the owner, before it writes or loads anything.
+- the lock file is opened only as a regular file
+  (`keras_attn.file_safety.open_regular_file`): a symbolic link in its
+  place is never followed (a link to a file outside the run, or to the
+  run's own `config.json`, would otherwise be truncated and overwritten
+  with the owner's record; a dangling one would create its target), and a
+  FIFO or device is never opened. Either is refused with a
+  `RunDirectoryError` naming the path and what is there, and left as it is.
 
 Readers (`translate`, `export`, `save-preset`) take no lock: every file
 they read is replaced atomically by its writer (`keras_attn.file_safety`),
@@ -28,7 +35,7 @@ import socket
 import time
 from pathlib import Path
 
-from keras_attn_recipes.cli_io import RunDirectoryError
+from keras_attn_recipes.cli_io import CommandLineError, RunDirectoryError
 
 try:
     import fcntl
@@ -38,17 +45,19 @@ except ImportError:  # Windows: no advisory locks through fcntl.
 LOCK_FILE = ".run.lock"
 
 
-class RunDirectoryBusy(RuntimeError):
+class RunDirectoryBusy(CommandLineError, RuntimeError):
     """Another live process holds the run directory's lock."""
 
 
 def _owner_description(path):
     """What the lock file says about its owner, for the refusal message."""
+    from keras_attn.file_safety import read_regular_file
+
     # The owner writes its record right after taking the lock: a reader can
     # come in between and find the file still empty.
     for _ in range(20):
         try:
-            owner = json.loads(path.read_text(encoding="utf-8"))
+            owner = json.loads(read_regular_file(path).decode("utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
             owner = None
         if isinstance(owner, dict) and "pid" in owner:
@@ -70,14 +79,21 @@ def _record(command):
 
 
 def _lock_with_a_pid_file(path, command):
-    """Where `fcntl` is missing: an exclusive-create pid file, stale if dead."""
+    """Where `fcntl` is missing: an exclusive-create pid file, stale if dead.
+
+    The pid file is created with `O_EXCL` (which never follows a link) and
+    read back only as a regular file: a link or special file in its place
+    raises `NotARegularFileError` and is left alone.
+    """
+    from keras_attn.file_safety import open_regular_file, read_regular_file
+
     for _ in range(2):
         try:
-            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            descriptor = open_regular_file(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
+            record = read_regular_file(path)  # a link or FIFO: refused
             try:
-                owner = json.loads(path.read_text(encoding="utf-8"))
-                pid = int(owner["pid"])
+                pid = int(json.loads(record.decode("utf-8"))["pid"])
                 os.kill(pid, 0)  # raises if no such process (a stale lock)
             except (OSError, ValueError, KeyError, TypeError):
                 path.unlink(missing_ok=True)
@@ -128,7 +144,8 @@ def hold_run_directory(directory, command):
             host and command.
     """
     path = Path(directory) / LOCK_FILE
-    key = path.resolve()
+    # The folder resolved, not the lock file: a link there is not followed.
+    key = Path(directory).resolve() / LOCK_FILE
     if key in _held_here:
         # This process holds it already (a recipe's `main` called twice in
         # one process, as the tests do): one process is one writer.
@@ -144,10 +161,16 @@ def hold_run_directory(directory, command):
 
 @contextlib.contextmanager
 def _lock(path, command):
+    # Imported here: `keras_attn` loads Keras, which `--backend` must precede.
+    from keras_attn.file_safety import NotARegularFileError, open_regular_file
+
     try:
         # Not truncated on open: the file holds the live owner's record.
+        # A regular file only: never through a link, never a FIFO or device.
         descriptor = (
-            None if fcntl is None else os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            None
+            if fcntl is None
+            else open_regular_file(path, os.O_RDWR | os.O_CREAT, 0o644)
         )
         if descriptor is not None:
             try:
@@ -160,6 +183,14 @@ def _lock(path, command):
                 descriptor = None
         if descriptor is None:
             _lock_with_a_pid_file(path, command)
+    except NotARegularFileError as error:
+        raise RunDirectoryError(
+            f"The run directory {path.parent} cannot be locked: its lock file "
+            f"{path} is {error.found}. Expected a regular file, or none (the "
+            "lock creates it); a symbolic link there is never followed and a "
+            "special file never opened, so it was left as it is. Remove it "
+            "and run the command again."
+        ) from None
     except OSError as error:
         raise RunDirectoryError(
             f"The run directory {path.parent} cannot be locked for writing "

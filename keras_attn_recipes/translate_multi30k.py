@@ -30,10 +30,15 @@ are JSON literals or strings, never code). Training length is counted in optimiz
 preset's name, or a preset directory given as a path, `./my_preset`),
 not both (neither: `runs/multi30k`). A preset is only read: `evaluate --preset` prints
 its scores and writes no file, and takes no lock.
+
+An expected failure (a run not trained yet, a bad `--split`, an output
+that cannot be written, a full disk) prints one `error: ...` line and
+exits with status 1; usage errors exit with 2. An output that is a
+symbolic link is written through to its target, and the link stays
+(`keras_attn_recipes.cli_io`).
 """
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -41,23 +46,27 @@ import time
 from pathlib import Path
 
 from keras_attn_recipes.cli_io import (
+    EXPECTED_FAILURES,
+    CommandLineError,
     InputError,
     PresetError,
     RunDirectoryError,
     check_export_apart_from_preset,
     check_output_dir,
+    check_output_folder,
     check_output_is_not_input,
     check_output_writable,
     check_preset_dir_apart,
+    check_split,
+    check_trained_run,
     collect_sentences,
+    failure_message,
+    output_target,
+    write_output,
 )
 from keras_attn_recipes.host_memory import reuse_freed_host_memory
 from keras_attn_recipes.quiet_start import quiet_start
-from keras_attn_recipes.run_lock import (
-    RunDirectoryBusy,
-    hold_run_directory,
-    remove_partial_files,
-)
+from keras_attn_recipes.run_lock import hold_run_directory, remove_partial_files
 from keras_attn_recipes.translation_config import (
     SETTINGS,
     TranslationConfig,
@@ -265,50 +274,57 @@ def parse_args(argv=None):
 
 
 def _check_before_work(args):
-    """Everything that can be refused before Keras loads: `(config, sentences)`.
+    """Everything that can be refused before a model loads: `(config, sentences)`.
 
-    Exits with an `error: ...` message naming the flag.
+    Raises a `CommandLineError` naming the flag (`main` prints it).
     """
     distribute = getattr(args, "distribute", "none")
     if distribute != "none" and os.environ["KERAS_BACKEND"] == "torch":
         # Refused before any work (keras_attn.distribution.configure says the
         # same): Keras has no `keras.distribution` on torch.
-        sys.exit(
-            f"error: --distribute {distribute} needs KERAS_BACKEND=jax or "
+        raise InputError(
+            f"--distribute {distribute} needs KERAS_BACKEND=jax or "
             "tensorflow: Keras implements keras.distribution for JAX only (and "
             "keras-attn uses tf.distribute on TensorFlow); on torch, train on "
             "one device (--distribute none). See docs/distribution.md."
         )
     config = sentences = None
-    try:
-        if getattr(args, "preset", None) is not None:
-            _check_preset(args)
-        else:
-            check_output_dir(args.output_dir)
-        if args.command == "save-preset":
-            check_preset_dir_apart(args.preset_dir, args.output_dir)
-    except (InputError, PresetError, RunDirectoryError) as error:
-        sys.exit(f"error: {error}")
+    if getattr(args, "preset", None) is not None:
+        _check_preset(args)
+    else:
+        check_output_dir(args.output_dir)
+    if args.command == "save-preset":
+        check_preset_dir_apart(args.preset_dir, args.output_dir)
+        check_output_folder(args.preset_dir, "--preset-dir")
     if args.command in ("train", "all"):
         try:
             config = SETTINGS[args.setting].replace(**dict(args.overrides))
         except (TypeError, ValueError) as error:
-            sys.exit(f"error: --set: {error}")
+            raise InputError(f"--set: {error}") from None
         try:
             check_resumable(config, args.output_dir)
         except ValueError as error:
-            sys.exit(f"error: {error}")
+            raise RunDirectoryError(str(error)) from None
+    if args.command in ("evaluate", "all"):
+        validation = ["val"] if args.command == "all" and args.split != "val" else []
+        for split in validation + [args.split]:
+            check_split(args.data_dir, split)
+    if args.command == "export":
+        check_output_folder(args.output)
     if args.command == "translate":
         # Inputs and the output are checked before the model loads.
-        try:
-            sentences = collect_sentences(
-                args.sentences, args.input, sys.stdin is None or sys.stdin.isatty()
-            )
-            if args.output:
-                check_output_is_not_input(args.output, args.input)
-                check_output_writable(args.output)
-        except InputError as error:
-            sys.exit(f"error: {error}")
+        sentences = collect_sentences(
+            args.sentences, args.input, sys.stdin is None or sys.stdin.isatty()
+        )
+        if args.output:
+            check_output_is_not_input(args.output, args.input)
+            check_output_writable(args.output)
+    if config is None and args.output_dir is not None:
+        # `evaluate`, `translate`, `export`, `save-preset` of a run: last,
+        # after the flags, whose errors say more.
+        check_trained_run(
+            args.output_dir, args.command, getattr(args, "average_last", None)
+        )
     return config, sentences
 
 
@@ -341,7 +357,9 @@ def _use_preset(args, sentences):
     if args.command == "evaluate":
         steps.evaluate_preset(args.preset, args.data_dir, args.split, args.strategy)
     elif args.command == "export":
-        steps.export_preset(args.preset, args.output, args.strategy)
+        steps.export_preset(
+            args.preset, output_target(args.output, "--output"), args.strategy
+        )
     else:
         _print_translations(
             args, steps.translate_preset(args.preset, sentences, args.strategy)
@@ -352,7 +370,7 @@ def _print_translations(args, translations):
     """One line per translation, to `--output` or standard output."""
     text = "".join(line + "\n" for line in translations)
     if args.output:
-        _write_output(args.output, text)
+        write_output(args.output, text)
     else:
         sys.stdout.write(text)
 
@@ -368,7 +386,7 @@ def _train_and_evaluate(args, config):
                 config, args.output_dir, args.data_dir, args.distribute, args.mesh
             )
         except steps.TrainingDiverged as error:
-            sys.exit(f"error: {error}")
+            raise CommandLineError(str(error)) from None
     if args.command in ("evaluate", "all"):
         steps.evaluate(
             args.output_dir,
@@ -387,13 +405,15 @@ def _use_trained_run(args, sentences, argv):
     from keras_attn_recipes import translation_steps as steps
 
     if args.command == "export":
-        steps.export(args.output_dir, args.output, args.strategy)
+        steps.export(
+            args.output_dir, output_target(args.output, "--output"), args.strategy
+        )
     if args.command == "save-preset":
         from keras_attn_recipes.translation_preset import save_preset
 
         save_preset(
             args.output_dir,
-            args.preset_dir,
+            output_target(args.preset_dir, "--preset-dir"),
             average_last=args.average_last,
             dtype=None if args.dtype == "float32" else args.dtype,
             description=args.description,
@@ -405,20 +425,6 @@ def _use_trained_run(args, sentences, argv):
         )
 
 
-def _write_output(path, text):
-    """`--output`: a regular file is replaced atomically (a kill or a full
-    disk leaves the old file), through a symbolic link to its target; a
-    device or pipe (`/dev/stdout`) is written as it is."""
-    from keras_attn.file_safety import write_text_atomically
-
-    target = Path(os.path.realpath(path))
-    if target.exists() and not target.is_file():
-        with open(target, "w", encoding="utf-8") as file:
-            file.write(text)
-    else:
-        write_text_atomically(target, text)
-
-
 def main(argv=None):
     quiet_start()  # Before TensorFlow loads: no CUDA notices on a CPU.
     args = parse_args(argv)
@@ -427,19 +433,25 @@ def main(argv=None):
         # Restarts this script (JAX only) with malloc options that let its
         # per-step CPU buffers reuse memory instead of page-faulting.
         reuse_freed_host_memory()
-    config, sentences = _check_before_work(args)
     try:
-        if getattr(args, "preset", None) is not None:
-            _use_preset(args, sentences)
-        elif args.command in ("train", "evaluate", "all"):
-            with _run_directory_lock(args):
-                if config is not None:  # `train`, `all`: ours to tidy
-                    remove_partial_files(args.output_dir)
-                _train_and_evaluate(args, config)
-        else:
-            _use_trained_run(args, sentences, argv)
-    except (RunDirectoryBusy, RunDirectoryError, PresetError) as error:
-        sys.exit(f"error: {error}")
+        _run(args, argv)
+    except EXPECTED_FAILURES as error:
+        # The one place that turns an expected failure into `error: ...`
+        # and exit status 1; anything else is a bug and keeps its traceback.
+        sys.exit(f"error: {failure_message(error)}")
+
+
+def _run(args, argv):
+    config, sentences = _check_before_work(args)
+    if getattr(args, "preset", None) is not None:
+        _use_preset(args, sentences)
+    elif args.command in ("train", "evaluate", "all"):
+        with _run_directory_lock(args):
+            if config is not None:  # `train`, `all`: ours to tidy
+                remove_partial_files(args.output_dir)
+            _train_and_evaluate(args, config)
+    else:
+        _use_trained_run(args, sentences, argv)
 
 
 def _run_directory_lock(args):
@@ -450,9 +462,6 @@ def _run_directory_lock(args):
     while the first runs. `translate`, `export` and `save-preset` only read
     the run (its writers replace each file atomically) and take no lock.
     """
-    if args.command == "evaluate" and not args.output_dir.is_dir():
-        # Nothing to evaluate: `load_translator` says so, naming the path.
-        return contextlib.nullcontext()
     check_output_dir(args.output_dir, create=True)
     return hold_run_directory(args.output_dir, args.command)
 

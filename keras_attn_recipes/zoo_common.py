@@ -12,9 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-from keras_attn_recipes.cli_io import RunDirectoryError, check_output_dir
+from keras_attn_recipes.cli_io import (
+    EXPECTED_FAILURES,
+    check_output_dir,
+    failure_message,
+)
 from keras_attn_recipes.host_memory import reuse_freed_host_memory
-from keras_attn_recipes.run_lock import RunDirectoryBusy, lock_for_this_process
+from keras_attn_recipes.run_lock import lock_for_this_process
 
 
 def add_common_arguments(parser, default_output_dir):
@@ -160,8 +164,8 @@ def resolve_config(settings, args):
         check_output_dir(args.output_dir, create=True)
         # Held until the recipe's process exits: one writer per directory.
         lock_for_this_process(args.output_dir, Path(sys.argv[0]).name)
-    except (RunDirectoryError, RunDirectoryBusy) as error:
-        sys.exit(f"error: {error}")
+    except EXPECTED_FAILURES as error:
+        sys.exit(f"error: {failure_message(error)}")
     return config
 
 
@@ -211,10 +215,13 @@ def plot_history(history, metrics, path, title):
         history: `keras.callbacks.History.history`, a dict of lists.
         metrics: names such as `("loss", "accuracy")`; `val_` curves are
             drawn where present.
-        path: the PNG to write.
+        path: the PNG to write, replaced atomically (a symbolic link there
+            is replaced, not followed).
         title: the figure title.
     """
     import matplotlib
+
+    from keras_attn.file_safety import write_atomically
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -233,8 +240,10 @@ def plot_history(history, metrics, path, title):
         axis.legend()
     figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        write_atomically(path, lambda temporary: figure.savefig(temporary, dpi=110))
+    finally:
+        plt.close(figure)
     return path
 
 

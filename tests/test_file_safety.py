@@ -7,9 +7,12 @@ import pytest
 
 from keras_attn import file_safety
 from keras_attn.file_safety import (
+    NotARegularFileError,
     confined_path,
+    open_regular_file,
     read_error_reason,
     read_json,
+    read_regular_file,
     replace_directory,
     write_atomically,
     write_text_atomically,
@@ -112,3 +115,37 @@ def test_read_error_reason_says_truncated(tmp_path):
             model.load_weights(path)
         assert reason in read_error_reason(info.value)
     assert read_error_reason(KeyError("x")) == "KeyError: 'x'"
+
+
+def test_open_regular_file_never_follows_a_link_nor_opens_a_special_file(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"secret")
+    (tmp_path / "to_victim").symlink_to(victim)
+    (tmp_path / "dangling").symlink_to(tmp_path / "absent.txt")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "folder").mkdir()
+    create = os.O_RDWR | os.O_CREAT
+    for name, found in [
+        ("to_victim", f"a symbolic link to {str(victim)!r}"),
+        ("dangling", f"a symbolic link to {str(tmp_path / 'absent.txt')!r}"),
+        ("fifo", "a FIFO (named pipe)"),  # opened, this would wait for a writer
+        ("folder", "a folder"),
+    ]:
+        for flags in (create, os.O_RDONLY, os.O_CREAT | os.O_EXCL | os.O_WRONLY):
+            with pytest.raises(NotARegularFileError) as info:
+                open_regular_file(tmp_path / name, flags)
+            assert (
+                str(info.value) == f"{tmp_path / name} is {found}, not a regular file"
+            )
+            assert info.value.found == found
+    with pytest.raises(NotARegularFileError, match="FIFO"):
+        read_regular_file(tmp_path / "fifo")
+    assert victim.read_bytes() == b"secret"
+    assert not (tmp_path / "absent.txt").exists()
+    # A regular file, or none with O_CREAT, opens as usual.
+    descriptor = open_regular_file(tmp_path / "new.txt", create)
+    os.write(descriptor, b"mine")
+    os.close(descriptor)
+    assert read_regular_file(tmp_path / "new.txt") == b"mine"
+    with pytest.raises(FileNotFoundError):
+        open_regular_file(tmp_path / "missing.txt", os.O_RDONLY)

@@ -148,7 +148,7 @@ def write_bytes(path, data):
         (lambda d: ["A dog.", "--output", str(d)], "--output must be a file path"),
         (
             lambda d: ["A dog.", "--output", str(d / "missing" / "out.txt")],
-            "--output cannot be written",
+            "--output cannot be written: No such file or directory",
         ),
     ],
 )
@@ -169,18 +169,19 @@ def test_an_empty_input_file_does_not_wait_on_standard_input(tmp_path, monkeypat
     monkeypatch.setattr("sys.stdin", NoStdin())
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    # Past the input checks, the missing model is what stops it; stdin is
+    # Past the input checks, the missing run is what stops it; stdin is
     # never read (NoStdin would fail the test).
-    with pytest.raises(FileNotFoundError, match="No trained model"):
+    with pytest.raises(SystemExit) as info:
         translate_multi30k.main(
             ["translate", "--output-dir", str(tmp_path / "run"), "--input", str(empty)]
         )
+    assert "there is no trained run to translate" in str(info.value.code)
 
 
 def test_a_checked_output_file_is_not_left_behind(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stdin", NoStdin())
     output = tmp_path / "out.txt"
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(SystemExit, match="no trained run"):
         translate_multi30k.main(
             [
                 "translate",
@@ -191,7 +192,7 @@ def test_a_checked_output_file_is_not_left_behind(tmp_path, monkeypatch):
                 str(output),
             ]
         )
-    assert not output.exists()
+    assert list(tmp_path.iterdir()) == []  # neither the output nor a probe
 
 
 def test_lines_split_on_newline_only():

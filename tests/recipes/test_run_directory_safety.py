@@ -122,7 +122,9 @@ def test_a_second_writer_is_refused_naming_the_directory_and_owner(tmp_path):
         message = str(info.value)
         assert f"The run directory {tmp_path} is in use" in message
         assert f"pid {holder.pid} on host" in message and "`train`" in message
-        # The command line says the same, without a traceback.
+        # The command line says the same, without a traceback (on a run that
+        # has a model: without one, `evaluate` stops before the lock).
+        (tmp_path / "model.keras").write_bytes(b"stand-in, never loaded")
         with pytest.raises(SystemExit) as info:
             translate_multi30k.main(["evaluate", "--output-dir", str(tmp_path)])
         assert str(info.value.code).startswith("error: The run directory")
@@ -406,11 +408,30 @@ def test_translate_output_is_written_atomically(run_dir, tmp_path, monkeypatch):
     output.write_text("the last translation\n")
     monkeypatch.setattr(Path, "write_text", full_disk(Path.write_text))
     argv = ["translate", "--output-dir", str(run_dir), "--strategy", "greedy"]
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(SystemExit) as info:
         translate_multi30k.main([*argv, "--output", str(output), "A dog."])
     monkeypatch.undo()
+    assert str(info.value.code) == (
+        "error: --output cannot be written: No space left on device; a file "
+        f"that was there is unchanged. Received: --output {str(output)!r}"
+    )
     assert output.read_text() == "the last translation\n"
     assert leftovers(tmp_path) == []
+
+
+def test_translate_output_through_a_dangling_link(run_dir, tmp_path):
+    # The whole command on a real (untrained) model: the translation lands
+    # at the link's target, the link stays, nothing else is written.
+    (tmp_path / "out.txt").symlink_to("translations.txt")
+    argv = ["translate", "--output-dir", str(run_dir), "--strategy", "greedy"]
+    translate_multi30k.main([*argv, "--output", str(tmp_path / "out.txt"), "A dog."])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "out.txt",
+        "translations.txt",
+    ]
+    assert os.readlink(tmp_path / "out.txt") == "translations.txt"
+    lines = (tmp_path / "translations.txt").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1 and lines[0].strip()
 
 
 # --- Clear messages ---------------------------------------------------------

@@ -74,7 +74,7 @@ def test_save_preset_writes_a_preset_that_translates(run_dir, tmp_path, capsys):
 
 
 def test_save_preset_without_a_run_names_the_path(tmp_path):
-    with pytest.raises(FileNotFoundError, match="No trained model at"):
+    with pytest.raises(SystemExit, match="^error: No trained model at"):
         translate_multi30k.main(
             ["save-preset", "--output-dir", str(tmp_path), "--preset-dir", "p"]
         )
