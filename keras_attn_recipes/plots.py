@@ -103,8 +103,7 @@ def plot_learning_curves(history_csv, path, updates_csv=None):
             axis.legend()
         axis.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
     return path
 
 
@@ -125,6 +124,17 @@ def plot_attention(scores, source_pieces, target_pieces, path, title):
     axis.set_title(title)
     figure.colorbar(image, ax=axis, fraction=0.046)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path)
     return path
+
+
+def _save(figure, path):
+    """Saves `figure` as `path` atomically: a symbolic link or a special file
+    at `path` is replaced, never written through."""
+    # Imported here: the recipes load no Keras before `--backend` is applied.
+    from keras_attn.file_safety import write_atomically
+
+    try:
+        write_atomically(path, lambda temporary: figure.savefig(temporary, dpi=120))
+    finally:
+        plt.close(figure)

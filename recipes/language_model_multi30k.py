@@ -187,7 +187,11 @@ def main(argv=None):
     backend = select_backend(args.backend, restart=argv is None)
     import keras
 
-    from keras_attn.file_safety import replace_directory, write_atomically
+    from keras_attn.file_safety import (
+        replace_directory,
+        write_atomically,
+        write_text_atomically,
+    )
     from keras_attn.models import TransformerLM
     from keras_attn.text import SubwordTokenizer, load_multi30k
     from keras_attn.training import MaskedAccuracy, MaskedSparseCategoricalCrossentropy
@@ -287,11 +291,12 @@ def main(argv=None):
     samples = continue_prompts(
         model, tokenizer, PROMPTS, config, max_length=config.sequence_length
     )
-    (output_dir / "samples.txt").write_text(
+    write_text_atomically(
+        output_dir / "samples.txt",
         "".join(
             f"{name}:\n" + "".join(f"  {text}\n" for text in texts)
             for name, texts in samples.items()
-        )
+        ),
     )
     summary = {
         "backend": backend,

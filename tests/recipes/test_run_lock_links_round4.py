@@ -183,3 +183,34 @@ def test_a_zoo_plot_replaces_a_planted_link_instead_of_writing_through_it(tmp_pa
     assert not (run / "history.png").is_symlink()
     assert (run / "history.png").read_bytes().startswith(b"\x89PNG")
     assert sorted(p.name for p in run.iterdir()) == ["history.png"]
+
+
+def test_the_translation_plots_replace_a_planted_link_instead_of_writing_through_it(
+    tmp_path,
+):
+    from keras_attn_recipes.plots import plot_attention, plot_learning_curves
+
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(VICTIM)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "history.csv").write_text("epoch,loss,val_loss\n0,2.0,2.5\n1,1.0,1.5\n")
+    for name in ("learning_curves.png", "cross_attention.png"):
+        (run / name).symlink_to(victim)
+    plot_learning_curves(run / "history.csv", run / "learning_curves.png")
+    plot_attention(
+        [[0.5, 0.5], [0.2, 0.8]],
+        ["a", "b"],
+        ["x", "y"],
+        run / "cross_attention.png",
+        "t",
+    )
+    assert victim.read_bytes() == VICTIM
+    for name in ("learning_curves.png", "cross_attention.png"):
+        assert not (run / name).is_symlink()
+        assert (run / name).read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in run.iterdir()) == [
+        "cross_attention.png",
+        "history.csv",
+        "learning_curves.png",
+    ]
