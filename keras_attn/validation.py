@@ -19,6 +19,12 @@ Booleans are never numbers here (`True` is an `int` to Python, but
 `num_heads=True` is a bug, not a 1), and numbers are never booleans
 (`normalize_first="no"` or `use_cache=0` are refused rather than read by
 truthiness). NumPy scalars are accepted and converted.
+
+Numbers that reach float32 math are bounded to what float32 can carry
+there (`check_epsilon`, `check_max_wavelength`, `check_scaling_factor`):
+a value a Python float holds but float32 does not (`1e-45`, `1e300`)
+would otherwise be flushed to zero or rounded to infinity inside the
+layer and give NaN, on some backends and not others.
 """
 
 import collections.abc
@@ -30,6 +36,24 @@ import numpy as np
 # Seeds go to NumPy and the backends' random generators, which take
 # unsigned 32-bit seeds.
 MAX_SEED = 2**32
+
+# float32's largest finite number and its smallest normal one: JAX and
+# TensorFlow flush smaller (subnormal) numbers to zero on CPU.
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # 3.4028234663852886e+38
+FLOAT32_SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)  # 2**-126
+# Positions are computed in float32, exact integers below 2**24: the
+# longest sequence (or largest cache index) the position bounds cover.
+MAX_POSITION = 2**24
+# The bounds of the wavelength base and of the position scaling factor of
+# sinusoidal and rotary positions. The inverse frequencies are
+# `max_wavelength ** (-2i / d) / scaling_factor ** k`, `k` 1 (linear,
+# YaRN) or at most 2 (dynamic): with `max_wavelength` in [1, 2**60] and
+# `scaling_factor` in [2**-32, 2**32] each lies in [2**-124, 2**64], a
+# normal float32 number, and each angle `position * frequency` of a
+# position below `MAX_POSITION` below 2**88, finite (its sine and cosine
+# too).
+MAX_WAVELENGTH_RANGE = (1.0, 2.0**60)
+SCALING_FACTOR_RANGE = (2.0**-32, 2.0**32)
 
 
 def _received(name, value):
@@ -125,6 +149,7 @@ def check_float(
     include_min=True,
     include_max=True,
     allow_none=False,
+    reason=None,
 ):
     """Returns `value` as a finite `float` if it lies in the given range.
 
@@ -139,6 +164,8 @@ def check_float(
         include_min: Whether `min_value` itself is allowed.
         include_max: Whether `max_value` itself is allowed.
         allow_none: Whether `None` is accepted (and returned).
+        reason: Optional text saying why the range is what it is, shown
+            in parentheses after it.
 
     Raises:
         TypeError: if `value` is not a real number.
@@ -151,6 +178,8 @@ def check_float(
     )
     if allow_none:
         expected += " or None"
+    if reason:
+        expected += f" ({reason})"
     if not is_real(value):
         raise TypeError(
             f"`{name}` must be {expected}. {_received(name, value)} "
@@ -172,6 +201,66 @@ def check_positive_float(value, name, allow_none=False):
     """A finite number `> 0`."""
     return check_float(
         value, name, min_value=0.0, include_min=False, allow_none=allow_none
+    )
+
+
+def check_epsilon(value, name="epsilon", allow_none=False):
+    """A normalization's epsilon: a normal float32 number, as a `float`.
+
+    The epsilon is added to a variance (or mean square) before its inverse
+    square root. Zero, or a number below float32's smallest normal one
+    (`2**-126`, which JAX and TensorFlow flush to zero), gives NaN for an
+    input of equal values (an all-zero position); a number beyond float32's
+    largest would be infinity.
+    """
+    return check_float(
+        value,
+        name,
+        min_value=FLOAT32_SMALLEST_NORMAL,
+        max_value=FLOAT32_MAX,
+        allow_none=allow_none,
+        reason="a normal float32 number: a smaller one is flushed to zero, "
+        "and an input of equal values then normalizes to NaN",
+    )
+
+
+def check_max_wavelength(value, name="max_wavelength", allow_none=False):
+    """The wavelength base of sinusoidal and rotary positions, as a `float`.
+
+    Bounded to `MAX_WAVELENGTH_RANGE`, [1, 2**60]: at least 1, so that the
+    wavelengths `2 * pi * max_wavelength ** (2i / d)` grow from `2 * pi`
+    and no inverse frequency exceeds 1 (whatever `d`), and at most 2**60,
+    so that each inverse frequency is a normal float32 number (see the
+    comment on `MAX_WAVELENGTH_RANGE`).
+    """
+    low, high = MAX_WAVELENGTH_RANGE
+    return check_float(
+        value,
+        name,
+        min_value=low,
+        max_value=high,
+        allow_none=allow_none,
+        reason="the longest wavelength over 2*pi: from 1, and small enough "
+        "that every inverse frequency is a normal float32 number",
+    )
+
+
+def check_scaling_factor(value, name="scaling_factor"):
+    """A position scaling factor (RoPE's context extension), as a `float`.
+
+    Positions are divided by it in float32; bounded to
+    `SCALING_FACTOR_RANGE`, [2**-32, 2**32], so that the inverse
+    frequencies stay normal float32 numbers and the angles of positions
+    below `MAX_POSITION` finite (see the comment on the range).
+    """
+    low, high = SCALING_FACTOR_RANGE
+    return check_float(
+        value,
+        name,
+        min_value=low,
+        max_value=high,
+        reason=f"positions, up to {MAX_POSITION}, are divided by it in "
+        "float32: beyond these bounds the angles overflow or vanish",
     )
 
 

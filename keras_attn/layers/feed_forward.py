@@ -20,22 +20,40 @@ def is_gated(activation):
     return isinstance(activation, str) and activation in GATED_ACTIVATIONS
 
 
-def get_activation(activation):
+def get_activation(activation, name="activation"):
     """A gated activation's name as it is, any other as `keras.activations.get`.
 
+    Args:
+        activation: a Keras activation (name, serialized or callable) or
+            the name of a gated one (`GATED_ACTIVATIONS`).
+        name: str, the argument's public name, for the message. Defaults
+            to `"activation"`.
+
     Raises:
-        ValueError: `activation` is neither (naming the argument and value).
+        ValueError: `activation` is neither, or is Keras's `"glu"`, which
+            halves the features it is given, so the output projection could
+            not take them (naming the argument and value).
     """
     if is_gated(activation):
         return activation
     try:
-        return keras.activations.get(activation)
+        function = keras.activations.get(activation)
     except (TypeError, ValueError) as error:
         raise ValueError(
-            "`activation` must name a Keras activation (e.g. 'relu', 'gelu'), "
+            f"`{name}` must name a Keras activation (e.g. 'relu', 'gelu'), "
             f"a gated one ({', '.join(GATED_ACTIVATIONS)}) or be a callable. "
-            f"Received: activation={activation!r:.100}"
+            f"Received: {name}={activation!r:.100} ({error})"
         ) from error
+    if function is keras.activations.glu:
+        raise ValueError(
+            f"`{name}='glu'` splits the features it is given in two halves, "
+            "a value and its sigmoid gate, so the feed-forward network's "
+            "output projection would receive half of `intermediate_dim`. "
+            "For a gated linear unit use a gated feed-forward network, "
+            f"{name}='swiglu', 'geglu' or 'reglu' (a gate projection of its "
+            f"own, Shazeer, 2020). Received: {name}={activation!r:.100}"
+        )
+    return function
 
 
 def serialize_activation(activation):
@@ -62,7 +80,8 @@ class FeedForward(keras.layers.Layer):
             model).
         activation: activation of the inner layer: a Keras activation (name
             or callable) or the name of a gated one in `GATED_ACTIVATIONS`.
-            Defaults to `"relu"`.
+            Keras's `"glu"`, which halves the features, is refused (use a
+            gated one). Defaults to `"relu"`.
         dropout: float in `[0, 1)`, dropout on the inner activations.
             Defaults to `0.0`.
         use_bias: bool. Defaults to `True`.

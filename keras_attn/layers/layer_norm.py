@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_attn.validation import check_epsilon
+
 
 def layer_norm(inputs, gamma, beta, epsilon=1e-6):
     """`(x - mean) / sqrt(variance + epsilon) * gamma + beta` over the last axis.
@@ -88,7 +90,10 @@ class LayerNorm(keras.layers.LayerNormalization):
     Keras's computation is torch's own `layer_norm` kernel and its gradient
     (4 operations, about 4x less time at 64 x 24 x 256 on a CPU; the same values
     within float32 rounding). It takes the arguments of
-    `keras.layers.LayerNormalization`.
+    `keras.layers.LayerNormalization`, with one more check: `epsilon` must
+    be a normal float32 number (at least `2**-126`; a smaller one, zero
+    included, is flushed to zero on JAX and TensorFlow, and a row of equal
+    values would then normalize to NaN).
 
     Example:
 
@@ -96,6 +101,9 @@ class LayerNorm(keras.layers.LayerNormalization):
     >>> tuple(norm(keras.ops.ones((2, 3, 4))).shape)
     (2, 3, 4)
     """
+
+    def __init__(self, axis=-1, epsilon=1e-3, **kwargs):
+        super().__init__(axis=axis, epsilon=check_epsilon(epsilon, "epsilon"), **kwargs)
 
     def call(self, inputs):
         last_axis = (-1, len(inputs.shape) - 1)

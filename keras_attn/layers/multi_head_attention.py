@@ -47,7 +47,7 @@ from keras_attn.layers.query_key_heads import (
 )
 from keras_attn.validation import (
     check_bool,
-    check_float,
+    check_epsilon,
     check_float_dtype,
     check_rate,
     check_seed,
@@ -146,14 +146,19 @@ class MultiHeadAttention(
             key head (sub-layers `query_norm` and `key_norm`, one scale per
             feature shared by the heads), before any rotation. Defaults to
             `False`.
-        qk_norm_epsilon: float, QK-norm's epsilon. Defaults to `1e-6`.
-        rotary_max_wavelength: float, rotate queries and keys by their
-            positions (RoPE, `keras_attn.layers.apply_rotary`) with this
-            base; sequence inputs only. Defaults to `None` (no rotation).
-        rotary_scaling_factor: float, linear position interpolation of the
-            rotation. Defaults to `1.0`.
+        qk_norm_epsilon: float, QK-norm's epsilon, a normal float32 number
+            (at least `2**-126`: a smaller one is flushed to zero, and an
+            all-zero head would normalize to NaN). Defaults to `1e-6`.
+        rotary_max_wavelength: float in `[1, 2**60]`, rotate queries and
+            keys by their positions (RoPE, `keras_attn.layers.apply_rotary`)
+            with this base; sequence inputs only. Defaults to `None` (no
+            rotation).
+        rotary_scaling_factor: float in `[2**-32, 2**32]`, linear position
+            interpolation of the rotation; only with
+            `rotary_max_wavelength`. Defaults to `1.0`.
         rotary_dim: even int `<= key_dim`, the number of features rotated
-            (partial rotary). Defaults to `None`, meaning all of `key_dim`.
+            (partial rotary); only with `rotary_max_wavelength`. Defaults
+            to `None`, meaning all of `key_dim`.
         output_dim: deprecated alias of `output_shape` (an int).
         use_fused_attention: deprecated: `use_fused_attention=False` is
             `flash_attention=False`, `True` is `flash_attention=None`.
@@ -237,9 +242,7 @@ class MultiHeadAttention(
             num_key_value_heads, num_heads
         )
         self._qk_norm = check_bool(qk_norm, "qk_norm")
-        self._qk_norm_epsilon = check_float(
-            qk_norm_epsilon, "qk_norm_epsilon", min_value=0.0
-        )
+        self._qk_norm_epsilon = check_epsilon(qk_norm_epsilon, "qk_norm_epsilon")
         self._rotation = HeadRotation.from_arguments(
             rotary_max_wavelength, rotary_scaling_factor, rotary_dim, key_dim
         )

@@ -43,7 +43,12 @@ from keras_attn.layers.relative_position_bias import check_bucket_arguments
 from keras_attn.layers.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
-from keras_attn.validation import check_positive_float, check_positive_int
+from keras_attn.validation import (
+    check_max_wavelength,
+    check_positive_float,
+    check_positive_int,
+    check_scaling_factor,
+)
 
 _SCHEMES = {}
 
@@ -235,8 +240,9 @@ class SinusoidalPositions(PositionScheme):
     cosine pairs). The layer is `keras_attn.layers.SinusoidalPositionEncoding`.
 
     Args:
-        max_wavelength: float, the base of the wavelengths. Defaults to
-            `10000`.
+        max_wavelength: float in `[1, 2**60]`, the base of the
+            wavelengths (`keras_attn.validation.check_max_wavelength`).
+            Defaults to `10000`.
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017, section 3.5.
@@ -248,7 +254,7 @@ class SinusoidalPositions(PositionScheme):
     max_wavelength: float = 10000.0
 
     def __post_init__(self):
-        check_positive_float(self.max_wavelength, "max_wavelength")
+        check_max_wavelength(self.max_wavelength, "max_wavelength")
 
     def check_embedding_dim(self, embedding_dim, name):
         if embedding_dim % 2:
@@ -489,10 +495,13 @@ class RotaryPositions(PositionScheme):
             must be even. Defaults to `None`: a scheme that adds nothing to
             the embeddings, for `keras_attn.layers.TokenAndPositionEmbedding`,
             which has no heads (and no check).
-        max_wavelength: float, the base of the wavelengths. Defaults to
-            `10000`.
-        scaling_factor: float `s`, positions are divided by `s` (Chen et
-            al., 2023). Defaults to `1.0` (no scaling).
+        max_wavelength: float in `[1, 2**60]`, the base of the
+            wavelengths (`keras_attn.validation.check_max_wavelength`).
+            Defaults to `10000`.
+        scaling_factor: float `s` in `[2**-32, 2**32]`, positions are
+            divided by `s` (Chen et al., 2023;
+            `keras_attn.validation.check_scaling_factor`). Defaults to
+            `1.0` (no scaling).
 
     Example:
 
@@ -518,8 +527,8 @@ class RotaryPositions(PositionScheme):
 
     def __post_init__(self):
         check_positive_int(self.num_heads, "num_heads", allow_none=True)
-        check_positive_float(self.max_wavelength, "max_wavelength")
-        check_positive_float(self.scaling_factor, "scaling_factor")
+        check_max_wavelength(self.max_wavelength, "max_wavelength")
+        check_scaling_factor(self.scaling_factor, "scaling_factor")
 
     @classmethod
     def for_model(cls, sequence_length=None, num_heads=None):

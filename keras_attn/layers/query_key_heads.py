@@ -19,7 +19,11 @@ from keras import ops
 from keras_attn.layers.attention_arguments import check_head_dim
 from keras_attn.layers.rms_normalization import RMSNormalization
 from keras_attn.layers.rotary_embedding import apply_rotary
-from keras_attn.validation import check_divisible, check_positive_float
+from keras_attn.validation import (
+    check_divisible,
+    check_max_wavelength,
+    check_scaling_factor,
+)
 
 
 def check_num_key_value_heads(num_key_value_heads, num_heads, heads_name="num_heads"):
@@ -49,6 +53,71 @@ def head_norm(epsilon, dtype, name):
     return RMSNormalization(axis=-1, epsilon=epsilon, dtype=dtype, name=name)
 
 
+def check_rotary_arguments(max_wavelength, scaling_factor, rotary_dim, key_dim=None):
+    """The rotary arguments of attention, checked: the one check they go through.
+
+    `MultiHeadAttention` (through `HeadRotation.from_arguments`) and the
+    Transformer blocks' constructors call it, so an argument is refused
+    by the same rule, under the same name, at every level.
+
+    Args:
+        max_wavelength: `None` (no rotation) or a float in `[1, 2**60]`
+            (`keras_attn.validation.check_max_wavelength`).
+        scaling_factor: float in `[2**-32, 2**32]`, linear position
+            interpolation (`keras_attn.validation.check_scaling_factor`).
+        rotary_dim: `None` (all of `key_dim`) or an even int
+            `<= key_dim`, the number of features rotated.
+        key_dim: int, the size of each query and key head, or `None`
+            where it is not known yet (a block before it is built).
+            Defaults to `None`.
+
+    Returns:
+        `(max_wavelength, scaling_factor, rotary_dim)`, as `float`,
+        `float` and `int` (or `None`).
+
+    Raises:
+        ValueError: for an invalid argument, named with its value; for
+            `rotary_dim` or a `scaling_factor` other than 1 without
+            `max_wavelength`, which would be ignored.
+    """
+    max_wavelength = check_max_wavelength(
+        max_wavelength, "rotary_max_wavelength", allow_none=True
+    )
+    scaling_factor = check_scaling_factor(scaling_factor, "rotary_scaling_factor")
+    rotary_dim = check_head_dim(rotary_dim, "rotary_dim", allow_none=True)
+    if rotary_dim is not None and (
+        rotary_dim % 2 or (key_dim is not None and rotary_dim > key_dim)
+    ):
+        at_most = "" if key_dim is None else f", at most `key_dim` ({key_dim})"
+        raise ValueError(
+            f"`rotary_dim` must be an even number of features{at_most}: rotary "
+            f"positions turn pairs of features. Received: rotary_dim={rotary_dim}"
+        )
+    if max_wavelength is None:
+        ignored = []
+        if rotary_dim is not None:
+            ignored.append(f"rotary_dim={rotary_dim}")
+        if scaling_factor != 1.0:
+            ignored.append(f"rotary_scaling_factor={scaling_factor}")
+        if ignored:
+            names = " and ".join(f"`{item.split('=')[0]}`" for item in ignored)
+            verb = "shape" if len(ignored) > 1 else "shapes"
+            raise ValueError(
+                f"{names} {verb} rotary positions, which `rotary_max_wavelength` "
+                "turns on: set `rotary_max_wavelength` (e.g. 10000.0), or leave "
+                f"{names} at the default. Received: {', '.join(ignored)}, "
+                "rotary_max_wavelength=None"
+            )
+        return max_wavelength, scaling_factor, rotary_dim
+    if rotary_dim is None and key_dim is not None and key_dim % 2:
+        raise ValueError(
+            "Rotary positions turn pairs of features: with an odd "
+            "`key_dim`, set an even `rotary_dim` below it. Received: "
+            f"key_dim={key_dim}, rotary_dim=None"
+        )
+    return max_wavelength, scaling_factor, rotary_dim
+
+
 class HeadRotation(NamedTuple):
     """Rotary positions for `(batch, length, heads, head_dim)` heads.
 
@@ -65,34 +134,17 @@ class HeadRotation(NamedTuple):
         """A `HeadRotation`, or `None` when `max_wavelength` is `None`.
 
         Args:
-            max_wavelength: `None` (no rotation) or a positive float.
-            scaling_factor: positive float, linear position interpolation.
-            rotary_dim: `None` (all of `key_dim`) or an even int
-                `<= key_dim`, the number of features rotated.
-            key_dim: int, the size of each query and key head.
+            max_wavelength, scaling_factor, rotary_dim, key_dim: as
+                `check_rotary_arguments`, which checks them.
 
         Raises:
             ValueError: for an invalid argument, named with its value.
         """
-        max_wavelength = check_positive_float(
-            max_wavelength, "rotary_max_wavelength", allow_none=True
+        max_wavelength, scaling_factor, rotary_dim = check_rotary_arguments(
+            max_wavelength, scaling_factor, rotary_dim, key_dim
         )
-        scaling_factor = check_positive_float(scaling_factor, "rotary_scaling_factor")
-        rotary_dim = check_head_dim(rotary_dim, "rotary_dim", allow_none=True)
-        if rotary_dim is not None and (rotary_dim % 2 or rotary_dim > key_dim):
-            raise ValueError(
-                "`rotary_dim` must be an even number of features, at most "
-                f"`key_dim` ({key_dim}): rotary positions turn pairs of "
-                f"features. Received: rotary_dim={rotary_dim}"
-            )
         if max_wavelength is None:
             return None
-        if rotary_dim is None and key_dim % 2:
-            raise ValueError(
-                "Rotary positions turn pairs of features: with an odd "
-                "`key_dim`, set an even `rotary_dim` below it. Received: "
-                f"key_dim={key_dim}, rotary_dim=None"
-            )
         return cls(max_wavelength, scaling_factor, rotary_dim)
 
     def __call__(self, heads, start_index=0):

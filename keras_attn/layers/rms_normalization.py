@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attn.validation import check_float, is_integer
+from keras_attn.validation import check_epsilon, is_integer
 
 
 def _check_axis(axis):
@@ -39,7 +39,10 @@ class RMSNormalization(keras.layers.Layer):
     Args:
         axis: int or list of ints, the axis or axes to normalize over.
             Defaults to `-1`.
-        epsilon: float `>= 0` added to the mean square. Defaults to `1e-6`.
+        epsilon: float added to the mean square, a normal float32 number
+            (at least `2**-126`: a smaller one, zero included, is flushed
+            to zero on JAX and TensorFlow, and an all-zero input then
+            normalizes to NaN). Defaults to `1e-6`.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -66,7 +69,7 @@ class RMSNormalization(keras.layers.Layer):
     def __init__(self, axis=-1, epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
         self.axis = _check_axis(axis)
-        self.epsilon = check_float(epsilon, "epsilon", min_value=0.0)
+        self.epsilon = check_epsilon(epsilon, "epsilon")
         self.supports_masking = True
 
     def _resolved_axes(self, rank):

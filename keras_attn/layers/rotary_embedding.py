@@ -16,8 +16,10 @@ from keras_attn.validation import (
     check_bool,
     check_choice,
     check_int,
+    check_max_wavelength,
     check_positive_float,
     check_positive_int,
+    check_scaling_factor,
 )
 
 ROPE_TYPES = ("linear", "dynamic", "yarn")
@@ -201,10 +203,16 @@ def apply_rotary(
         positions: int or float tensor `(length,)` or `(batch, length)`, the
             position of each element, e.g. `ops.arange(length) + index` in
             cached decoding.
-        max_wavelength: float, the base of the geometric progression of
-            wavelengths. Defaults to `10000`.
-        scaling_factor: float `s`: positions are divided by `s` (position
-            interpolation). Defaults to `1.0`.
+        max_wavelength: float in `[1, 2**60]`, the base of the geometric
+            progression of wavelengths (bounded so that every inverse
+            frequency is a normal float32 number,
+            `keras_attn.validation.check_max_wavelength`). Defaults to
+            `10000`.
+        scaling_factor: float `s` in `[2**-32, 2**32]`: positions are
+            divided by `s` (position interpolation; bounded so that the
+            angles of positions below `2**24` stay finite,
+            `keras_attn.validation.check_scaling_factor`). Defaults to
+            `1.0`.
         rotary_dim: int or `None`, rotate only the first `rotary_dim`
             features of each head (partial rotary, as GPT-NeoX), pass the
             rest through. Even. Defaults to `None` (all of `head_dim`).
@@ -237,8 +245,8 @@ def apply_rotary(
     rotary_dim = _check_rotary_dim(rotary_dim, x.shape[-1], "x.shape[-1]")
     inverse_frequencies = rotary_inverse_frequencies(
         rotary_dim,
-        check_positive_float(max_wavelength, "max_wavelength"),
-        check_positive_float(scaling_factor, "scaling_factor"),
+        check_max_wavelength(max_wavelength, "max_wavelength"),
+        check_scaling_factor(scaling_factor, "scaling_factor"),
     )
     return _rotate(x, positions, inverse_frequencies, sequence_axis % rank)
 
@@ -253,11 +261,14 @@ class RotaryEmbedding(keras.layers.Layer):
     `keras_attn.layers.apply_rotary` the per-head tensors directly.
 
     Args:
-        max_wavelength: float, the base of the geometric progression of
-            wavelengths. Defaults to `10000`.
-        scaling_factor: float `s > 0`, the context-extension factor (how
-            many times longer than the training length the sequences may
-            be). Defaults to `1.0`.
+        max_wavelength: float in `[1, 2**60]`, the base of the geometric
+            progression of wavelengths (bounded so that every inverse
+            frequency is a normal float32 number). Defaults to `10000`.
+        scaling_factor: float `s` in `[2**-32, 2**32]`, the
+            context-extension factor (how many times longer than the
+            training length the sequences may be; bounded so that the
+            angles of positions below `2**24` stay finite). Defaults to
+            `1.0`.
         rope_type: `"linear"`, `"dynamic"` or `"yarn"`, how `s` is applied
             (see `rotary_inverse_frequencies`). Defaults to `"linear"`.
         beta_fast: float, YaRN only. Defaults to `32.0`.
@@ -320,8 +331,8 @@ class RotaryEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.max_wavelength = check_positive_float(max_wavelength, "max_wavelength")
-        self.scaling_factor = check_positive_float(scaling_factor, "scaling_factor")
+        self.max_wavelength = check_max_wavelength(max_wavelength, "max_wavelength")
+        self.scaling_factor = check_scaling_factor(scaling_factor, "scaling_factor")
         self.rope_type = check_choice(rope_type, "rope_type", ROPE_TYPES)
         self.beta_fast = check_positive_float(beta_fast, "beta_fast")
         self.beta_slow = check_positive_float(beta_slow, "beta_slow")

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_attn.validation import check_positive_float, check_positive_int
+from keras_attn.validation import check_max_wavelength, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -18,8 +18,11 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     `keras_attn.layers.TokenAndPositionEmbedding`.
 
     Args:
-        max_wavelength: float, the base of the geometric progression of
-            wavelengths. Defaults to `10000`.
+        max_wavelength: float in `[1, 2**60]`, the base of the geometric
+            progression of wavelengths (bounded so that every inverse
+            wavelength is a normal float32 number,
+            `keras_attn.validation.check_max_wavelength`). Defaults to
+            `10000`.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -44,7 +47,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000, **kwargs):
         super().__init__(**kwargs)
-        self.max_wavelength = check_positive_float(max_wavelength, "max_wavelength")
+        self.max_wavelength = check_max_wavelength(max_wavelength, "max_wavelength")
         self.supports_masking = True
 
     def build(self, inputs_shape):

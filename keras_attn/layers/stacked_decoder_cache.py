@@ -9,6 +9,7 @@ two outside that path, so code written for keras-hub runs unchanged.
 import keras
 from keras import ops
 
+from keras_attn.layers.cache_index import resolve_cache_index
 from keras_attn.layers.masking import merge_attention_masks
 
 # keras-hub's cache call arguments, in the order `call` gathers them.
@@ -132,8 +133,15 @@ class StackedDecoderCacheMixin:
         cross_keys_values, cross_mask = None, None
         if self.has_cross_attention:
             if cross_index is not None:
+                # (batch, source_length, kv_heads, head_dim) each
                 new_keys, new_values = self.cross_attention.compute_key_value(
                     encoder_sequence
+                )
+                cross_index = resolve_cache_index(
+                    cross_index,
+                    cross_cache[:, 0],
+                    new_keys,
+                    "cross_attention_cache_update_index",
                 )
                 # (batch, 2, source_length, kv_heads, head_dim)
                 cross_cache = write_stacked_cache(
@@ -148,17 +156,15 @@ class StackedDecoderCacheMixin:
                 value_mask=padding_mask,
                 attention_mask=attention_mask,
             )
-        self_mask = self._cached_self_attention_mask(
-            x, keys_values[0], self_index, *self_masks
-        )
         outputs, keys_values = self._cached_step(
             x,
             keys_values,
             self_index,
             cross_keys_values,
-            (self_mask, cross_mask),
+            (self_masks, cross_mask),
             self_attention_bias,
             training,
+            cache_index_name="self_attention_cache_update_index",
         )
         if self_index is not None:
             # (batch, 2, max_length, kv_heads, head_dim)

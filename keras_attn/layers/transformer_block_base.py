@@ -11,12 +11,13 @@ from keras_attn.layers.feed_forward import (
 )
 from keras_attn.layers.layer_norm import LayerNorm
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
+from keras_attn.layers.query_key_heads import check_rotary_arguments
 from keras_attn.layers.rms_normalization import RMSNormalization
 from keras_attn.validation import (
     check_bool,
     check_choice,
     check_divisible,
-    check_positive_float,
+    check_epsilon,
     check_positive_int,
     check_rate,
 )
@@ -72,17 +73,6 @@ def check_num_key_value_heads(num_key_value_heads, num_heads):
     return num_key_value_heads
 
 
-def check_rotary_dim(rotary_dim):
-    """`None` (rotate all of a head's features) or an even positive int."""
-    rotary_dim = check_positive_int(rotary_dim, "rotary_dim", allow_none=True)
-    if rotary_dim is not None and rotary_dim % 2:
-        raise ValueError(
-            "`rotary_dim` must be even (features rotate in pairs). "
-            f"Received: rotary_dim={rotary_dim}"
-        )
-    return rotary_dim
-
-
 class TransformerBlockBase(keras.layers.Layer):
     """Base of `TransformerEncoderBlock` and `TransformerDecoderBlock`.
 
@@ -133,7 +123,7 @@ class TransformerBlockBase(keras.layers.Layer):
         )
         # A callable, or the name of a gated activation ("swiglu", ...).
         self.activation = get_activation(activation)
-        self.layer_norm_epsilon = check_positive_float(
+        self.layer_norm_epsilon = check_epsilon(
             layer_norm_epsilon, "layer_norm_epsilon"
         )
         self.normalize_first = check_bool(normalize_first, "normalize_first")
@@ -150,13 +140,17 @@ class TransformerBlockBase(keras.layers.Layer):
             num_key_value_heads, self.num_heads
         )
         self.qk_norm = check_bool(qk_norm, "qk_norm")
-        self.rotary_max_wavelength = check_positive_float(
-            rotary_max_wavelength, "rotary_max_wavelength", allow_none=True
+        # The self-attention's check, here before the head size is known
+        # (`rotary_dim=2.0` is a TypeError, as any size of the blocks).
+        (
+            self.rotary_max_wavelength,
+            self.rotary_scaling_factor,
+            self.rotary_dim,
+        ) = check_rotary_arguments(
+            rotary_max_wavelength,
+            rotary_scaling_factor,
+            check_positive_int(rotary_dim, "rotary_dim", allow_none=True),
         )
-        self.rotary_scaling_factor = check_positive_float(
-            rotary_scaling_factor, "rotary_scaling_factor"
-        )
-        self.rotary_dim = check_rotary_dim(rotary_dim)
         self._head_dim = None  # Known once built: hidden_dim // num_heads.
         self.supports_masking = True
 

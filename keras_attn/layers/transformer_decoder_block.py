@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.cache_index import resolve_cache_index
 from keras_attn.layers.masking import as_bool_mask, causal_mask, merge_attention_masks
 from keras_attn.layers.stacked_decoder_cache import (
     StackedDecoderCacheMixin,
@@ -54,7 +55,9 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         activation: feed-forward activation: a Keras activation (name or
             callable) or a gated one, `"geglu"`, `"swiglu"` or `"reglu"`
             (see `keras_attn.layers.FeedForward`). Defaults to `"relu"`.
-        layer_norm_epsilon: float. Defaults to `1e-6`.
+        layer_norm_epsilon: float, a normal float32 number (at least
+            `2**-126`; smaller ones are flushed to zero and a position of
+            equal values would normalize to NaN). Defaults to `1e-6`.
         normalize_first: bool, pre-norm instead of the paper's post-norm.
             Defaults to `False`.
         flash_attention: `None`, `True` or `False`, as on
@@ -87,15 +90,18 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
             any rotation (`MultiHeadAttention`'s `qk_norm`). Defaults to
             `False`.
         rotary_max_wavelength: float, rotary position embeddings (RoPE) of
-            this maximum wavelength (`10000.0` in RoFormer) on the
-            self-attention's queries and keys, never the cross-attention's;
-            positions count from 0, and from the cache index in
-            `call_cached`. Defaults to `None`, meaning no rotation.
-        rotary_scaling_factor: float `> 0`, RoPE's linear position
-            interpolation: positions are divided by it. Defaults to `1.0`.
+            this maximum wavelength (`10000.0` in RoFormer; in
+            `[1, 2**60]`) on the self-attention's queries and keys, never
+            the cross-attention's; positions count from 0, and from the
+            cache index in `call_cached`. Defaults to `None`, meaning no
+            rotation.
+        rotary_scaling_factor: float in `[2**-32, 2**32]`, RoPE's linear
+            position interpolation: positions are divided by it. Only with
+            `rotary_max_wavelength`. Defaults to `1.0`.
         rotary_dim: even int `<= head_dim`, how many of each head's
-            features RoPE rotates (partial rotary, as GPT-NeoX). Defaults to
-            `None`, meaning all of them.
+            features RoPE rotates (partial rotary, as GPT-NeoX). Only with
+            `rotary_max_wavelength`. Defaults to `None`, meaning all of
+            them.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -124,7 +130,9 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
             keras-hub's `TransformerDecoder` cache call, served by the same
             code as `call_cached` (which new code should use) through the
             adapter of `keras_attn.layers.stacked_decoder_cache`: stacked
-            caches `(batch, 2, length, kv_heads, head_dim)`.
+            caches `(batch, 2, length, kv_heads, head_dim)`. The update
+            indices are checked (integers) or clipped (tensors) as
+            `call_cached`'s `cache_index`.
         decoder_sequence_mask, encoder_sequence_mask: filled by Keras from
             mask-carrying inputs; used when the padding masks are not given.
 
@@ -343,7 +351,12 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
                 `(batch, max_length, kv_heads, head_dim)`: `kv_heads` is
                 `block.num_key_value_heads`, `head_dim` `block.head_dim`.
             cache_index: int or scalar int tensor, position of the first new
-                element (with RoPE, the position its rotation uses).
+                element (with RoPE, the position its rotation uses), in
+                `[0, max_length - new_length]`. A Python or NumPy integer
+                outside that range is a `ValueError`; a tensor (the
+                decoding loop's, traced or eager) is clipped into it, and
+                the step runs at the clipped index, the same on every
+                backend (`keras_attn.layers.cache_index`).
             cross_attention_cache: `(keys, values)` from
                 `compute_cross_attention_cache`; required with
                 cross-attention.
@@ -384,15 +397,12 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
                 cross_attention_cache[0],
                 value_mask=as_bool_mask(encoder_padding_mask, "encoder_padding_mask"),
             )
-        self_mask = self._cached_self_attention_mask(
-            x, self_attention_cache[0], cache_index
-        )
         return self._cached_step(
             x,
             self_attention_cache,
             cache_index,
             cross_attention_cache,
-            (self_mask, cross_mask),
+            ((), cross_mask),
             self_attention_bias,
             training=False,
             unwritten_slots_are_finite=True,
@@ -442,17 +452,30 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         self_attention_bias,
         training,
         unwritten_slots_are_finite=False,
+        cache_index_name="cache_index",
     ):
         """The block on new positions over a cache (`call_cached`'s work,
         and keras-hub's cache call's).
 
-        `masks` is `(self_mask, cross_mask)`, merged. `cache_index=None`
-        reads the self-attention cache without writing it. With
-        `unwritten_slots_are_finite` the self-attention reads the slots its
-        mask hides as they are, without zeroing them first. Returns
-        `(outputs, (keys, values))`, the second the updated cache.
+        `masks` is `(self_masks, cross_mask)`: the arguments of
+        `_cached_self_attention_mask` after the index (`(padding_mask,
+        attention_mask, use_causal_mask)`, or `()` for the causal mask
+        alone), and the merged cross-attention mask. `cache_index` goes
+        through `resolve_cache_index` (named `cache_index_name` in its
+        errors) before anything reads it; `None` reads the self-attention
+        cache without writing it. With `unwritten_slots_are_finite` the
+        self-attention reads the slots its mask hides as they are, without
+        zeroing them first. Returns `(outputs, (keys, values))`, the second
+        the updated cache.
         """
-        self_mask, cross_mask = masks
+        self_masks, cross_mask = masks
+        if cache_index is not None:
+            cache_index = resolve_cache_index(
+                cache_index, self_attention_cache[0], x, cache_index_name
+            )
+        self_mask = self._cached_self_attention_mask(
+            x, self_attention_cache[0], cache_index, *self_masks
+        )
         h = self._sublayer_input(x, self.self_attention_norm)
         # The new positions start at the cache index (with RoPE, the keys
         # are cached rotated); a read-only step places them from 0.

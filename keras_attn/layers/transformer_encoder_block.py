@@ -27,7 +27,9 @@ class TransformerEncoderBlock(TransformerBlockBase):
         activation: feed-forward activation: a Keras activation (name or
             callable) or a gated one, `"geglu"`, `"swiglu"` or `"reglu"`
             (see `keras_attn.layers.FeedForward`). Defaults to `"relu"`.
-        layer_norm_epsilon: float. Defaults to `1e-6`.
+        layer_norm_epsilon: float, a normal float32 number (at least
+            `2**-126`; smaller ones are flushed to zero and a position of
+            equal values would normalize to NaN). Defaults to `1e-6`.
         normalize_first: bool, pre-norm (`True`) instead of the paper's
             post-norm. Defaults to `False`.
         flash_attention: `None`, `True` or `False`, as on
@@ -58,14 +60,16 @@ class TransformerEncoderBlock(TransformerBlockBase):
             self-attention, over each head's features, before any rotation
             (`MultiHeadAttention`'s `qk_norm`). Defaults to `False`.
         rotary_max_wavelength: float, rotary position embeddings (RoPE) of
-            this maximum wavelength (`10000.0` in RoFormer) on the
-            self-attention's queries and keys, at positions `0, 1, ...`.
-            Defaults to `None`, meaning no rotation.
-        rotary_scaling_factor: float `> 0`, RoPE's linear position
-            interpolation: positions are divided by it. Defaults to `1.0`.
+            this maximum wavelength (`10000.0` in RoFormer; in
+            `[1, 2**60]`) on the self-attention's queries and keys, at
+            positions `0, 1, ...`. Defaults to `None`, meaning no rotation.
+        rotary_scaling_factor: float in `[2**-32, 2**32]`, RoPE's linear
+            position interpolation: positions are divided by it. Only with
+            `rotary_max_wavelength`. Defaults to `1.0`.
         rotary_dim: even int `<= head_dim`, how many of each head's
-            features RoPE rotates (partial rotary, as GPT-NeoX). Defaults to
-            `None`, meaning all of them.
+            features RoPE rotates (partial rotary, as GPT-NeoX). Only with
+            `rotary_max_wavelength`. Defaults to `None`, meaning all of
+            them.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:

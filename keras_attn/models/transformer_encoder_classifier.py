@@ -19,7 +19,7 @@ from keras_attn.validation import (
     check_bool,
     check_choice,
     check_divisible,
-    check_positive_float,
+    check_epsilon,
     check_positive_int,
     check_rate,
     check_token_id,
@@ -90,7 +90,8 @@ class TransformerEncoderClassifier(ZooModel):
         activation: feed-forward activation, a Keras activation or a
             gated one: `"geglu"`, `"swiglu"` or `"reglu"` (Shazeer, 2020).
             Defaults to `"gelu"`.
-        layer_norm_epsilon: float. Defaults to `1e-6`.
+        layer_norm_epsilon: float, a normal float32 number (at least
+            `2**-126`). Defaults to `1e-6`.
         flash_attention: `None` (the fused kernel where the backend has
             it), `True` (require it) or `False` (never). Defaults to
             `None`.
@@ -187,7 +188,7 @@ class TransformerEncoderClassifier(ZooModel):
         self.normalize_first = check_bool(normalize_first, "normalize_first")
         self.pad_id = check_token_id(pad_id, "pad_id", self.vocabulary_size)
         self.activation = check_activation(activation, "activation")
-        self.layer_norm_epsilon = check_positive_float(
+        self.layer_norm_epsilon = check_epsilon(
             layer_norm_epsilon, "layer_norm_epsilon"
         )
         self.flash_attention = resolve_flash_attention(

@@ -3,6 +3,7 @@
 import keras
 
 from keras_attn.layers import position_schemes
+from keras_attn.layers.cache_index import resolve_cache_index
 from keras_attn.layers.transformer_block_base import resolve_flash_attention
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.models.presets import LM_PRESETS
@@ -15,7 +16,7 @@ from keras_attn.validation import (
     check_bool,
     check_choice,
     check_divisible,
-    check_positive_float,
+    check_epsilon,
     check_positive_int,
     check_rate,
     check_token_id,
@@ -63,7 +64,8 @@ class TransformerLM(ZooModel):
         activation: feed-forward activation, a Keras activation or a
             gated one: `"geglu"`, `"swiglu"` or `"reglu"` (Shazeer, 2020).
             Defaults to `"gelu"`.
-        layer_norm_epsilon: float. Defaults to `1e-5`.
+        layer_norm_epsilon: float, a normal float32 number (at least
+            `2**-126`). Defaults to `1e-5`.
         flash_attention: `None` (the fused kernel where the backend has
             it), `True` (require it) or `False` (never). Defaults to
             `None`.
@@ -156,7 +158,7 @@ class TransformerLM(ZooModel):
         self.tie_embeddings = check_bool(tie_embeddings, "tie_embeddings")
         self.pad_id = check_token_id(pad_id, "pad_id", self.vocabulary_size)
         self.activation = check_activation(activation, "activation")
-        self.layer_norm_epsilon = check_positive_float(
+        self.layer_norm_epsilon = check_epsilon(
             layer_norm_epsilon, "layer_norm_epsilon"
         )
         self.flash_attention = resolve_flash_attention(
@@ -264,12 +266,21 @@ class TransformerLM(ZooModel):
             token_ids: int tensor `(batch, new_length)`, the tokens at
                 positions `cache_index ... cache_index + new_length - 1`.
             cache: the dict from `initial_cache` (or a previous step).
-            cache_index: int or scalar int tensor.
+            cache_index: int or scalar int tensor, the slot of the first
+                new position, in `[0, max_length - new_length]`. A Python
+                or NumPy integer outside that range is a `ValueError`; a
+                tensor (the decoding loop's, traced or eager) is clipped
+                into it, and the step runs at the clipped index, the same
+                on every backend (`keras_attn.layers.cache_index`).
 
         Returns:
             `(logits, cache)`: `(batch, new_length, vocabulary_size)` and the
             updated cache.
         """
+        # Checked (or clipped) before the embedding reads it as a position.
+        cache_index = resolve_cache_index(
+            cache_index, cache["self_attention"][0][0], token_ids
+        )
         x = self.token_embedding(token_ids, start_index=cache_index)
         # The new positions against the whole cache (its keys).
         bias = position_bias_argument(

@@ -15,7 +15,7 @@ from keras_attn.models.zoo_model import (
 )
 from keras_attn.validation import (
     check_divisible,
-    check_positive_float,
+    check_epsilon,
     check_positive_int,
     check_rate,
 )
@@ -54,7 +54,8 @@ class VisionTransformer(ZooModel):
         activation: MLP activation, a Keras activation or a
             gated one: `"geglu"`, `"swiglu"` or `"reglu"` (Shazeer, 2020).
             Defaults to `"gelu"`.
-        layer_norm_epsilon: float. Defaults to `1e-6`.
+        layer_norm_epsilon: float, a normal float32 number (at least
+            `2**-126`). Defaults to `1e-6`.
         flash_attention: `None` (the fused kernel where the backend has
             it), `True` (require it) or `False` (never). Defaults to
             `None`.
@@ -144,7 +145,7 @@ class VisionTransformer(ZooModel):
         self.dropout = check_rate(dropout, "dropout")
         self.attention_dropout = check_rate(attention_dropout, "attention_dropout")
         self.activation = check_activation(activation, "activation")
-        self.layer_norm_epsilon = check_positive_float(
+        self.layer_norm_epsilon = check_epsilon(
             layer_norm_epsilon, "layer_norm_epsilon"
         )
         self.flash_attention = resolve_flash_attention(

@@ -32,7 +32,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers.fast_dropout import FastDropout
-from keras_attn.layers.feed_forward import GATED_ACTIVATIONS, is_gated
+from keras_attn.layers.feed_forward import get_activation
 from keras_attn.layers.padding_mask import PaddingMask
 from keras_attn.layers.rms_normalization import RMSNormalization
 from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
@@ -63,17 +63,10 @@ BASE_MODEL_ARGUMENTS = ("name", "trainable")
 
 def check_activation(value, name):
     """A Keras activation (name, serialized or callable) or a gated one's
-    name (`keras_attn.layers.feed_forward.GATED_ACTIVATIONS`)."""
-    if is_gated(value):
-        return value
-    try:
-        keras.activations.get(value)
-    except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"`{name}` must name a Keras activation (e.g. 'relu', 'gelu'), a "
-            f"gated one ({', '.join(GATED_ACTIVATIONS)}) or be a callable. "
-            f"Received: {name}={value!r:.100} ({error})"
-        ) from error
+    name (`keras_attn.layers.feed_forward.GATED_ACTIVATIONS`), returned as
+    given: the feed-forward network's check (`get_activation`), under the
+    model's argument name."""
+    get_activation(value, name)
     return value
 
 
