@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 
 import keras_attn
 from keras_attn.file_safety import (
+    open_regular_file,
     replace_directory,
     write_atomically,
     write_text_atomically,
@@ -35,7 +37,13 @@ from keras_attn.training import (
     average_checkpoints,
     paper_adam,
 )
+from keras_attn.training.checkpoint_averaging import last_epoch_checkpoints
 from keras_attn_recipes.cli_io import PresetError, RunDirectoryError
+from keras_attn_recipes.epoch_records import (
+    checkpoint_epochs,
+    checkpoint_name,
+    repair_epoch_records,
+)
 from keras_attn_recipes.plots import plot_attention, plot_learning_curves
 from keras_attn_recipes.translation_config import TranslationConfig, check_resumable
 from keras_attn_recipes.update_budget import UpdateBudget, fit_epochs
@@ -205,18 +213,55 @@ class AtomicEpochCheckpoint(keras.callbacks.Callback):
     full disk mid-write leaves a truncated checkpoint that `evaluate
     --average-last` and `save-preset` would read. This one writes beside
     it and renames (`keras_attn.file_safety.write_atomically`).
+
+    With `resumed_epoch=N`, for a `fit` that resumes from a backup of N
+    epochs whose checkpoint is missing (`repair_epoch_records`), it first
+    writes `epoch_NNN.keras` from the restored weights: at the first epoch's
+    start, or at the end of a `fit` with no epoch left, when every
+    callback's `on_train_begin` (the backup's restore among them) has run.
     """
 
-    def __init__(self, directory):
+    def __init__(self, directory, resumed_epoch=None):
         super().__init__()
         self.directory = Path(directory)
+        self.resumed_epoch = resumed_epoch
+
+    def _write(self, epoch):
+        write_atomically(self.directory / checkpoint_name(epoch), self.model.save)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        resumed, self.resumed_epoch = self.resumed_epoch, None
+        # `epoch` counts from 0: the first epoch of a `fit` resumed after N
+        # epochs is N, and the model holds the weights restored for it.
+        if resumed is not None and epoch == resumed:
+            self._write(resumed)
+
+    def on_train_end(self, logs=None):
+        if self.resumed_epoch is not None:  # No epoch ran: still restored.
+            self._write(self.resumed_epoch)
+            self.resumed_epoch = None
 
     def on_epoch_end(self, epoch, logs=None):
-        path = self.directory / f"epoch_{epoch + 1:03d}.keras"
-        write_atomically(path, self.model.save)
+        self._write(epoch + 1)
 
 
-def _training_callbacks(config, output_dir, model, epoch_shuffle, backup, updates):
+def _claimed(path):
+    """`path`, created empty if missing, after checking it is a regular file.
+
+    `keras.callbacks.CSVLogger` appends with a plain `open`, which follows a
+    symbolic link: a link or a special file planted at `path` is refused
+    here first (`keras_attn.file_safety.open_regular_file`), and the run
+    directory's lock keeps other writers out until training ends.
+    """
+    os.close(open_regular_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+    return path
+
+
+def _training_callbacks(
+    config, output_dir, model, epoch_shuffle, backup, updates, rewrite_epoch=None
+):
+    # The backup marks an epoch done only after every callback's
+    # `on_epoch_end` (`AtomicBackupAndRestore`), wherever it stands here.
     return [
         epoch_shuffle,
         backup,
@@ -227,8 +272,10 @@ def _training_callbacks(config, output_dir, model, epoch_shuffle, backup, update
             log_path=output_dir / "updates.csv",
             learning_rate=learning_rate_schedule(config, model.hidden_dim),
         ),
-        AtomicEpochCheckpoint(output_dir / "checkpoints"),
-        keras.callbacks.CSVLogger(str(output_dir / "history.csv"), append=True),
+        AtomicEpochCheckpoint(output_dir / "checkpoints", resumed_epoch=rewrite_epoch),
+        keras.callbacks.CSVLogger(
+            str(_claimed(output_dir / "history.csv")), append=True
+        ),
         keras.callbacks.TensorBoard(str(output_dir / "logs"), update_freq=50),
         # Raising (not just stopping) skips the end-of-epoch saves, so the
         # backup and checkpoints keep the last finite weights.
@@ -325,6 +372,9 @@ def train(
         resumed_epochs, resumed_updates = _resumed_epochs_and_updates(
             backup, batches_per_epoch, output_dir
         )
+        # Records of epochs the backup does not count go; a missing
+        # checkpoint of the epoch resumed after is written again.
+        rewrite = repair_epoch_records(output_dir, resumed_epochs, resumed_updates)
         epochs = fit_epochs(
             total_updates, batches_per_epoch, resumed_epochs, resumed_updates
         )
@@ -333,7 +383,13 @@ def train(
             f"{batches_per_epoch} batches (the last one cut short where needed)."
         )
         callbacks = _training_callbacks(
-            config, output_dir, model, epoch_shuffle, backup, total_updates
+            config,
+            output_dir,
+            model,
+            epoch_shuffle,
+            backup,
+            total_updates,
+            rewrite_epoch=resumed_epochs if rewrite else None,
         )
         start = time.time()
         _fit(model, train_data, validation_data, epochs, callbacks, backup, config)
@@ -372,11 +428,48 @@ def load_config(output_dir):
         raise RunDirectoryError(f"{path} holds an invalid setting: {error}") from None
 
 
+def _trained_epochs(output_dir):
+    """How many epochs the run trained: the backup's count (`train` keeps
+    it), else the highest epoch checkpoint (a run directory without a
+    readable backup)."""
+    backup = AtomicBackupAndRestore(output_dir / "backup", delete_checkpoint=False)
+    try:
+        completed = backup.completed_epochs()
+    except ValueError:  # Unreadable: `train` says so; the checkpoints remain.
+        completed = 0
+    return completed or max(checkpoint_epochs(output_dir), default=0)
+
+
+def _last_checkpoints(output_dir, average_last):
+    """The checkpoints of the run's last `average_last` epochs, each there.
+
+    A missing one (a gap left by a kill) is a `RunDirectoryError` naming
+    the epoch, never made up for by an older epoch's checkpoint.
+    """
+    directory = output_dir / "checkpoints"
+    trained = _trained_epochs(output_dir)
+    if average_last > trained:
+        raise RunDirectoryError(
+            f"`average_last` asks for {average_last} checkpoints, but the run "
+            f"trained {trained} epochs ({directory} holds "
+            f"{len(checkpoint_epochs(output_dir))}). Received: "
+            f"average_last={average_last}"
+        )
+    try:
+        return last_epoch_checkpoints(directory, average_last, trained)
+    except ValueError as error:
+        raise RunDirectoryError(
+            f"{error} Average only epochs after the missing one (a smaller "
+            "--average-last), or train the run again in a new --output-dir."
+        ) from None
+
+
 def load_translator(output_dir, strategy="beam", average_last=None):
     """A `Translator` for a trained run; `average_last=None` uses the setting's
-    `average_checkpoints`, or all the epoch checkpoints there are when a short
-    run (`--set train_steps=...`) wrote fewer, saying so. An `average_last`
-    given explicitly must be there."""
+    `average_checkpoints`, or all the epochs there are when a short run
+    (`--set train_steps=...`) trained fewer, saying so. An `average_last`
+    given explicitly must be there. The averaged checkpoints are those of
+    the run's last epochs, each one there (`_last_checkpoints`)."""
     output_dir = Path(output_dir)
     model_path = output_dir / "model.keras"
     if not model_path.exists():
@@ -384,25 +477,20 @@ def load_translator(output_dir, strategy="beam", average_last=None):
             f"No trained model at {model_path}: run the `train` subcommand first."
         )
     config = load_config(output_dir)
-    paths = sorted((output_dir / "checkpoints").glob("epoch_*.keras"))
     if average_last is None:
         average_last = config.average_checkpoints
-        if 1 <= len(paths) < average_last:
+        trained = _trained_epochs(output_dir)
+        if 1 <= trained < average_last:
             print(
                 f"The setting averages the last {average_last} epoch checkpoints; "
-                f"this run wrote {len(paths)}: averaging those."
+                f"this run wrote {trained}: averaging those."
             )
-            average_last = len(paths)
+            average_last = trained
     model = keras_attn.saving.load_model(model_path)
     if average_last > 1:
-        if len(paths) < average_last:
-            raise ValueError(
-                f"`average_last` asks for {average_last} checkpoints, but "
-                f"{output_dir / 'checkpoints'} holds {len(paths)}. Received: "
-                f"average_last={average_last}"
-            )
-        print(f"Averaging the weights of {[p.name for p in paths[-average_last:]]}.")
-        average_checkpoints(model, paths[-average_last:])
+        paths = _last_checkpoints(output_dir, average_last)
+        print(f"Averaging the weights of {[p.name for p in paths]}.")
+        average_checkpoints(model, paths)
     tokenizer = SubwordTokenizer.load(output_dir / "tokenizer")
     options = {}
     if strategy == "beam":

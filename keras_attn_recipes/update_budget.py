@@ -6,9 +6,12 @@ model on every machine, fast or slow; only its duration differs.
 
 import csv
 import math
+import os
 import time
 
 import keras
+
+from keras_attn.file_safety import open_regular_file
 
 LOG_FIELDS = ("update", "epoch", "loss", "learning_rate", "minutes")
 
@@ -70,9 +73,10 @@ class UpdateBudget(keras.callbacks.Callback):
         self._start_time = time.time()
         self._epoch = 0
         self._epoch_start_updates = self.updates
-        if self.log_path is not None and not self.log_path.exists():
-            with open(self.log_path, "w", newline="") as file:
-                csv.writer(file).writerow(LOG_FIELDS)
+        if self.log_path is not None:
+            with _append(self.log_path) as file:
+                if file.tell() == 0:
+                    csv.writer(file).writerow(LOG_FIELDS)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -99,7 +103,7 @@ class UpdateBudget(keras.callbacks.Callback):
         if self.learning_rate is not None:
             rate = float(keras.ops.convert_to_numpy(self.learning_rate(self.updates)))
         minutes = (time.time() - self._start_time) / 60
-        with open(self.log_path, "a", newline="") as file:
+        with _append(self.log_path) as file:
             csv.writer(file).writerow(
                 [self.updates, self._epoch, loss, rate, round(minutes, 3)]
             )
@@ -119,3 +123,11 @@ class UpdateBudget(keras.callbacks.Callback):
             f"({100 * self.updates / self.total_updates:.0f}%) after "
             f"{minutes:.1f} min; {eta}."
         )
+
+
+def _append(path):
+    """`path` opened to append text, created if missing; a symbolic link or
+    a special file there is refused (`keras_attn.file_safety`), never
+    written through."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    return os.fdopen(open_regular_file(path, flags), "a", newline="")

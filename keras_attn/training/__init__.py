@@ -7,11 +7,16 @@
 - `MaskedAccuracy`: token accuracy that skips padding.
 - `AtomicBackupAndRestore`: resumable training whose backups survive kills.
 - `average_checkpoints`: the mean weights of the last checkpoints (6.1).
+- `last_epoch_checkpoints`: the last epoch checkpoints of a folder, with no
+  epoch missing.
 - `RDropLoss`: R-Drop's consistency loss between two dropout passes.
 """
 
 from keras_attn.training.backup import AtomicBackupAndRestore
-from keras_attn.training.checkpoint_averaging import average_checkpoints
+from keras_attn.training.checkpoint_averaging import (
+    average_checkpoints,
+    last_epoch_checkpoints,
+)
 from keras_attn.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_attn.training.metrics import MaskedAccuracy
 from keras_attn.training.optimizers import paper_adam
@@ -25,5 +30,6 @@ __all__ = [
     "RDropLoss",
     "TransformerSchedule",
     "average_checkpoints",
+    "last_epoch_checkpoints",
     "paper_adam",
 ]

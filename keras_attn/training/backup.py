@@ -54,6 +54,15 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
       under a temporary name and renamed; then the metadata that points at it
       is replaced the same way. A kill at any moment leaves the previous
       complete backup or the new one, never a half-written file.
+    - An epoch is marked done only after every callback's `on_epoch_end`
+      for it has returned, wherever this callback stands in the list: the
+      weights and random state are saved at the epoch's end, and the
+      metadata that says "epoch N is done" is written when the next epoch
+      begins or training ends. So whatever the other callbacks write at an
+      epoch's end (a checkpoint, a row of `CSVLogger`'s history) is on
+      disk before the backup counts that epoch; a kill or an error before
+      then resumes at that epoch and does it again. A callback that raises
+      in `on_epoch_end` leaves the epoch undone.
     - The random-number state of dropout (not part of `save_weights`) is saved
       and restored, so with a seeded input order a resumed run computes the
       same weights as an uninterrupted one: the `SeedGenerator` states, and
@@ -94,6 +103,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         delete_checkpoint = check_bool(delete_checkpoint, "delete_checkpoint")
         super().__init__(str(backup_dir), delete_checkpoint=delete_checkpoint)
         self._directory = Path(backup_dir)
+        # The metadata of an epoch whose weights are saved and whose other
+        # end-of-epoch callbacks may still be running; written by `_commit`.
+        self._pending = None
 
     @property
     def metadata_path(self):
@@ -177,6 +189,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         )
 
     def on_train_begin(self, logs=None):
+        self._pending = None
         metadata = self._read_metadata()
         if metadata is None:
             return
@@ -216,21 +229,34 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         set_initial_epoch(self.model, metadata["epoch"])
 
     def on_epoch_end(self, epoch, logs=None):
+        # Checked first: a hostile metadata file is refused before anything
+        # is written (and before `_commit` would delete what it names).
+        self._read_metadata()
+        self._pending = None
         loss = (logs or {}).get("loss")
         if loss is not None and not np.isfinite(loss):
             return
-        self._save_backup(epoch + 1)
+        self._pending = self._save_epoch_state(epoch + 1)
 
-    def _save_backup(self, completed_epochs):
+    def on_epoch_begin(self, epoch, logs=None):
+        # Every callback's `on_epoch_end` of the previous epoch has returned.
+        self._commit()
+
+    def _save_epoch_state(self, completed_epochs):
+        """Writes the weights file of the epoch's end; returns its metadata.
+
+        The weights go to a file of their own (`epoch_NNNNN.weights.h5` of
+        the completed epoch count), which the committed metadata does not
+        name, so the backup in force is untouched until `_commit`.
+        """
         self._directory.mkdir(parents=True, exist_ok=True)
-        previous = self._read_metadata()
         weights_name = f"epoch_{completed_epochs:05d}.weights.h5"
         write_atomically(
             self._directory / weights_name,
             lambda path: self.model.save_weights(path, overwrite=True),
         )
         optimizer = self.model.optimizer
-        metadata = {
+        return {
             "epoch": completed_epochs,
             "updates": None if optimizer is None else int(optimizer.iterations),
             "weights": weights_name,
@@ -240,11 +266,21 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             ],
             "torch_random_state": get_torch_random_state(),
         }
+
+    def _commit(self):
+        """Marks the pending epoch done: replaces the metadata, atomically.
+
+        Then deletes the weights file of the epoch it replaces.
+        """
+        metadata, self._pending = self._pending, None
+        if metadata is None:
+            return
+        previous = self._read_metadata()
         write_atomically(
             self.metadata_path,
             lambda path: Path(path).write_text(json.dumps(metadata)),
         )
-        if previous is not None and previous["weights"] != weights_name:
+        if previous is not None and previous["weights"] != metadata["weights"]:
             self._delete_own_file(previous["weights"])
 
     def _delete_own_file(self, name):
@@ -261,10 +297,15 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             path.unlink(missing_ok=True)
 
     def on_train_end(self, logs=None):
+        # Every callback's `on_epoch_end` of the last epoch has returned.
         # `BackupAndRestore` removes the whole `backup_dir` tree; this
         # removes only the files the callback writes, then the folder if it
         # is left empty, so a `backup_dir` that holds anything else keeps it.
-        if not self.delete_checkpoint or not self._directory.is_dir():
+        if not self.delete_checkpoint:
+            self._commit()
+            return
+        self._pending = None
+        if not self._directory.is_dir():
             return
         for entry in self._directory.iterdir():
             self._delete_own_file(entry.name)

@@ -48,6 +48,7 @@ def backup_and_victim(tmp_path):
     callback = AtomicBackupAndRestore(directory)
     callback.set_model(make_model())
     callback.on_epoch_end(0, {"loss": 1.0})
+    callback.on_epoch_begin(1)  # The backup marks epoch 1 done here.
     victim = tmp_path / "victim.weights.h5"
     keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)]).save_weights(victim)
     return directory, victim, victim.read_bytes()

@@ -214,3 +214,43 @@ def test_the_translation_plots_replace_a_planted_link_instead_of_writing_through
         "history.csv",
         "learning_curves.png",
     ]
+
+
+@pytest.mark.parametrize("kind", ["link to a victim", "dangling link", "fifo"])
+def test_the_training_logs_refuse_a_planted_link_or_special_file(tmp_path, kind):
+    """history.csv (CSVLogger) and updates.csv (UpdateBudget) are appended
+    to; a link or a FIFO planted there is refused, its target untouched."""
+    from keras_attn.file_safety import NotARegularFileError
+    from keras_attn_recipes.translation_steps import _claimed
+    from keras_attn_recipes.update_budget import _append
+
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(VICTIM)
+    for name, open_log in (("history.csv", _claimed), ("updates.csv", _append)):
+        path = tmp_path / name
+        if kind == "link to a victim":
+            path.symlink_to(victim)
+        elif kind == "dangling link":
+            path.symlink_to(tmp_path / f"created_{name}")
+        else:
+            os.mkfifo(path)
+        with pytest.raises(NotARegularFileError, match=name):
+            open_log(path)
+        assert victim.read_bytes() == VICTIM
+        assert not (tmp_path / f"created_{name}").exists()
+
+
+def test_the_training_logs_append_to_a_regular_file(tmp_path):
+    from keras_attn_recipes.translation_steps import _claimed
+    from keras_attn_recipes.update_budget import _append
+
+    history = tmp_path / "history.csv"
+    assert _claimed(history) == history and history.read_bytes() == b""
+    history.write_text("epoch,loss\n0,1.0\n")
+    assert _claimed(history) == history
+    assert history.read_text() == "epoch,loss\n0,1.0\n"
+    with _append(tmp_path / "updates.csv") as file:
+        file.write("a\n")
+    with _append(tmp_path / "updates.csv") as file:
+        file.write("b\n")
+    assert (tmp_path / "updates.csv").read_text() == "a\nb\n"

@@ -42,13 +42,29 @@ def fit(model, epochs, callbacks):
 
 
 class StopAfterEpoch(keras.callbacks.Callback):
-    """Simulates a crash: raises once `epoch` has ended (after the backup)."""
+    """Simulates a crash once `epoch` (from 0) has ended and the backup has
+    marked it done: at the next epoch's start, after the backup's."""
 
     def __init__(self, epoch):
         super().__init__()
         self.epoch = epoch
 
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == self.epoch + 1:
+            raise KeyboardInterrupt
+
+
+class FailAtEpochEnd(keras.callbacks.Callback):
+    """An end-of-epoch writer (a checkpoint, a log) that fails at `epoch`;
+    records how many epochs the backup counted while it ran."""
+
+    def __init__(self, backup, epoch):
+        super().__init__()
+        self.backup, self.epoch = backup, epoch
+        self.backed_up_at_epoch_end = []
+
     def on_epoch_end(self, epoch, logs=None):
+        self.backed_up_at_epoch_end.append(self.backup.completed_epochs())
         if epoch == self.epoch:
             raise KeyboardInterrupt
 
@@ -73,6 +89,35 @@ def test_resumed_training_equals_uninterrupted_training(tmp_path, dropout_seed):
     ):
         np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
     assert not (tmp_path / "backup").exists()  # Deleted after a normal end.
+
+
+@pytest.mark.parametrize("backup_first", [True, False], ids=["first", "last"])
+def test_an_epoch_is_done_only_after_every_end_of_epoch_callback(
+    tmp_path, backup_first
+):
+    # Wherever the backup stands in the list, it counts an epoch only
+    # once every callback's `on_epoch_end` for it has returned: a writer
+    # that fails at epoch 1's end leaves epoch 1 to be done again.
+    backup = AtomicBackupAndRestore(tmp_path / "backup")
+    failing = FailAtEpochEnd(backup, 1)
+    callbacks = [backup, failing] if backup_first else [failing, backup]
+    with pytest.raises(KeyboardInterrupt):
+        fit(make_model(), 4, callbacks)
+    # While epoch N's end-of-epoch callbacks ran, the backup counted N.
+    assert failing.backed_up_at_epoch_end == [0, 1]
+    assert backup.completed_epochs() == 1
+    # The weights of the undone epoch were written, but nothing names them.
+    metadata = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
+    assert metadata["weights"] == "epoch_00001.weights.h5"
+
+    resumed = AtomicBackupAndRestore(tmp_path / "backup", delete_checkpoint=False)
+    history = fit(make_model(), 3, [resumed])
+    assert history.epoch == [1, 2]  # Epoch 1 again, once.
+    assert resumed.completed_epochs() == 3  # Committed when `fit` ended.
+    assert sorted(p.name for p in (tmp_path / "backup").iterdir()) == [
+        "epoch_00003.weights.h5",
+        "training_metadata.json",
+    ]
 
 
 def test_partial_write_is_ignored_and_old_files_are_removed(tmp_path):
@@ -109,9 +154,12 @@ def test_non_finite_epoch_is_not_backed_up(tmp_path):
     callback = AtomicBackupAndRestore(directory)
     callback.set_model(make_model())
     callback.on_epoch_end(0, {"loss": 1.0})
+    callback.on_epoch_begin(1)  # Every end-of-epoch callback has run.
     callback.on_epoch_end(1, {"loss": float("nan")})
+    callback.on_epoch_begin(2)
     metadata = json.loads((directory / "training_metadata.json").read_text())
     assert metadata["epoch"] == 1 and metadata["weights"] == "epoch_00001.weights.h5"
+    assert not (directory / "epoch_00002.weights.h5").exists()
 
 
 def test_invalid_directory_is_named():
@@ -124,6 +172,7 @@ def one_epoch_backup(directory):
     callback = AtomicBackupAndRestore(directory)
     callback.set_model(make_model())
     callback.on_epoch_end(0, {"loss": 1.0})
+    callback.on_epoch_begin(1)
     return directory / "training_metadata.json"
 
 

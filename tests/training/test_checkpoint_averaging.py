@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_attn.training import average_checkpoints
+from keras_attn.training.checkpoint_averaging import last_epoch_checkpoints
 
 
 def make_model():
@@ -13,7 +14,7 @@ def make_model():
     )
 
 
-def write_checkpoints(directory, count, suffix):
+def write_checkpoints(directory, count, suffix, first_epoch=0):
     """Writes `count` checkpoints of random weights; returns paths and weights."""
     model = make_model()
     rng = np.random.default_rng(0)
@@ -21,7 +22,7 @@ def write_checkpoints(directory, count, suffix):
     for i in range(count):
         values = [rng.normal(size=w.shape).astype("float32") for w in model.weights]
         model.set_weights(values)
-        path = directory / f"epoch_{i}{suffix}"
+        path = directory / f"epoch_{first_epoch + i}{suffix}"
         if suffix == ".keras":
             model.save(path)
         else:
@@ -116,3 +117,59 @@ def test_a_failure_on_a_later_file_restores_the_original_weights(tmp_path, failu
     for variable, original in zip(variables, originals, strict=True):
         value = keras.ops.convert_to_numpy(variable.value)
         np.testing.assert_array_equal(value, original)
+
+
+def test_a_gap_between_epoch_checkpoints_is_refused_naming_the_epoch(tmp_path):
+    # "The last 3" of a folder that lost epoch 2 would silently be 0, 1 and 3.
+    paths, _ = write_checkpoints(tmp_path, 4, ".keras")
+    model = make_model()
+    before = model.get_weights()
+    with pytest.raises(ValueError) as info:
+        average_checkpoints(model, [paths[0], paths[1], paths[3]])
+    message = str(info.value)
+    assert "epoch 2 is missing between 'epoch_1.keras' and 'epoch_3.keras'" in message
+    assert "Received: checkpoint_paths=['epoch_0.keras'" in message
+    for weight, original in zip(model.get_weights(), before, strict=True):
+        np.testing.assert_array_equal(weight, original)  # Nothing was loaded.
+    with pytest.raises(ValueError, match="'epoch_0.keras' \\(epoch 0\\) follows"):
+        average_checkpoints(model, [paths[1], paths[0]])  # Newest first.
+
+
+def test_last_epoch_checkpoints_are_the_consecutive_last_ones(tmp_path):
+    # Epochs 1 to 4, as `ModelCheckpoint("epoch_{epoch}...")` names them.
+    paths, weights = write_checkpoints(tmp_path, 4, ".weights.h5", first_epoch=1)
+    assert last_epoch_checkpoints(tmp_path, 2) == paths[2:]
+    assert last_epoch_checkpoints(tmp_path, 3, last_epoch=3) == paths[:3]
+    model = average_checkpoints(make_model(), last_epoch_checkpoints(tmp_path, 2))
+    for averaged, *originals in zip(model.get_weights(), *weights[2:]):
+        np.testing.assert_allclose(averaged, np.mean(originals, axis=0), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "removed, count, last_epoch, message",
+    [
+        (2, 3, None, "The checkpoint of epoch 2 is missing"),
+        # Training's last epoch (e.g. from its backup) has no file: the
+        # highest file alone would average epochs 3 and 4 in its place.
+        (None, 2, 5, "The checkpoint of epoch 5 is missing"),
+        (None, 5, None, "the last 5 epochs, but training has 4"),
+    ],
+    ids=["gap", "last-missing", "too-few"],
+)
+def test_last_epoch_checkpoints_refuse_a_missing_epoch(
+    tmp_path, removed, count, last_epoch, message
+):
+    paths, _ = write_checkpoints(tmp_path, 4, ".keras", first_epoch=1)
+    if removed is not None:
+        paths[removed - 1].unlink()
+    with pytest.raises(ValueError, match=message) as info:
+        last_epoch_checkpoints(tmp_path, count, last_epoch=last_epoch)
+    assert f"count={count}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "count, error", [(0, ValueError), (2.0, TypeError), (True, TypeError)]
+)
+def test_last_epoch_checkpoints_check_count(tmp_path, count, error):
+    with pytest.raises(error, match=f"Received: count={count!r}"):
+        last_epoch_checkpoints(tmp_path, count)
