@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_attn.export.atomic_export import check_file_destination, export_file
 from keras_attn.export.onnx_export import _input_signature
 from keras_attn.validation import check_choice, check_positive_int
 
@@ -27,6 +28,10 @@ def export_litert(model, path, batch_size=None, sequence_length=None, quantize=N
         quantize: `None` (float32) or `"dynamic_range"` (int8 weights,
             float activations). Defaults to `None`.
 
+    The file is written beside `path` under a hidden name, checked to be a
+    LiteRT flatbuffer and renamed over `path`: a kill, a full disk or a
+    failed conversion leaves a previous file at `path` byte-identical.
+
     Returns:
         The path written, as a `str`.
     """
@@ -39,6 +44,7 @@ def export_litert(model, path, batch_size=None, sequence_length=None, quantize=N
         )
     import tensorflow as tf
 
+    path = check_file_destination(path, "export_litert")
     quantize = check_choice(quantize, "quantize", QUANTIZATIONS)
     if batch_size is not None:
         batch_size = check_positive_int(batch_size, "batch_size")
@@ -47,11 +53,29 @@ def export_litert(model, path, batch_size=None, sequence_length=None, quantize=N
     options = {"target_spec": {"supported_ops": [tf.lite.OpsSet.TFLITE_BUILTINS]}}
     if quantize == "dynamic_range":
         options["optimizations"] = [tf.lite.Optimize.DEFAULT]
-    model.export(
-        str(path),
-        format="litert",
-        input_signature=_input_signature(model, batch_size, sequence_length),
-        verbose=False,
-        **options,
+    signature = _input_signature(model, batch_size, sequence_length)
+
+    def write(temporary):
+        model.export(
+            str(temporary),
+            format="litert",
+            input_signature=signature,
+            verbose=False,
+            **options,
+        )
+
+    return str(
+        export_file(path, write, lambda temporary: _check_litert(temporary, path))
     )
-    return str(path)
+
+
+def _check_litert(path, destination):
+    """Raises `RuntimeError` unless `path` starts as a LiteRT flatbuffer."""
+    with open(path, "rb") as file:
+        header = file.read(8)
+    # A flatbuffer holds its file identifier at bytes 4-8; LiteRT's is TFL3.
+    if header[4:8] != b"TFL3":
+        raise RuntimeError(
+            "The LiteRT converter wrote a file that is not a LiteRT model "
+            f"(no TFL3 identifier), so {destination} was not replaced."
+        )

@@ -10,15 +10,26 @@ conversions tf2onnx lacks (`keras_attn.export.tf2onnx_ops`).
 text in, text out. See `docs/serving.md` for what works on which backend.
 """
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import keras
 
-from keras_attn.generation.samplers import BeamSampler, check_length_penalty_alpha
+from keras_attn.export.atomic_export import (
+    check_file_destination,
+    check_onnx_file,
+    export_directory,
+    export_file,
+)
+from keras_attn.export.translator_arguments import (
+    Destination,
+    check_translator_export,
+)
+from keras_attn.generation.samplers import BeamSampler
 from keras_attn.generation.seq2seq import generate_seq2seq
-from keras_attn.validation import check_choice, check_positive_int
+from keras_attn.validation import check_int, check_positive_int
 
 # BitwiseAnd (inside `keras.ops.argmax` on TensorFlow) is ONNX opset 18.
 TRANSLATOR_OPSET = 18
@@ -26,7 +37,32 @@ MODEL_FILE = "translator.onnx"
 TOKENIZER_FILE = "tokenizer.model"
 CONFIG_FILE = "translator.json"
 RUNTIME_FILE = "onnx_translator.py"
-STRATEGIES = ("greedy", "beam")
+ONNX_TRANSLATOR = Destination(
+    "export_onnx_translator", "an ONNX translator folder", MODEL_FILE
+)
+# The opsets whose files ONNX Runtime runs, per backend (measured on the zoo
+# models, tf2onnx 1.17, torch 2.13, jax2onnx 0.17.1): below 13 tf2onnx has
+# no `Einsum` and writes files the checker refuses, above 18 it refuses;
+# torch's exporter writes opset 18 whatever lower opset is asked, and above
+# 25 a file that declares 18 but holds newer ops; jax2onnx below 18 writes
+# files the checker refuses.
+OPSET_RANGES = {"tensorflow": (13, 18), "torch": (18, 25), "jax": (18, 25)}
+# What is true of Keras's JAX converter on keras-attn's models (checked with
+# jax2onnx 0.17.1): it converts `TransformerEncoderClassifier` and
+# `VisionTransformer` at a fixed `batch_size` and `sequence_length`, and no
+# model with a dynamic dimension, nor `Transformer` or `TransformerLM` at
+# all (its `jnp.arange` refuses the `stop=None` of the position encodings;
+# the vision transformer reshapes a symbolic batch dimension).
+JAX_ONNX_MESSAGE = (
+    "On the JAX backend Keras converts to ONNX with jax2onnx, which "
+    "(0.17.1) converts keras-attn's TransformerEncoderClassifier and "
+    "VisionTransformer only at a fixed `batch_size` and `sequence_length`, "
+    "and fails on every model with a dynamic dimension and on Transformer "
+    "and TransformerLM. Export with KERAS_BACKEND=tensorflow or "
+    "KERAS_BACKEND=torch instead: every zoo model, dynamic batch and "
+    "length; the weights and `.keras` files are the same on every backend "
+    "(docs/serving.md)."
+)
 
 
 def _input_signature(model, batch_size, sequence_length):
@@ -46,6 +82,27 @@ def _input_signature(model, batch_size, sequence_length):
     return [specs]  # One positional argument: the dict of named inputs.
 
 
+def check_opset_version(opset_version, backend):
+    """`opset_version` (or `None`), an opset the backend's converter writes well.
+
+    Raises:
+        TypeError: not an integer (`True`, `"18"`, `18.0`).
+        ValueError: outside `OPSET_RANGES[backend]`.
+    """
+    if opset_version is None:
+        return None
+    low, high = OPSET_RANGES[backend]
+    opset_version = check_int(opset_version, "opset_version")
+    if not low <= opset_version <= high:
+        raise ValueError(
+            f"`opset_version` must be an ONNX opset in [{low}, {high}] on the "
+            f"{backend} backend (the opsets its converter writes files of "
+            "that ONNX Runtime runs), or None for the converter's default. "
+            f"Received: opset_version={opset_version}"
+        )
+    return opset_version
+
+
 def export_onnx(model, path, batch_size=None, sequence_length=None, opset_version=None):
     """Writes a zoo model's forward pass (`model(inputs)`) as an ONNX file.
 
@@ -54,17 +111,25 @@ def export_onnx(model, path, batch_size=None, sequence_length=None, opset_versio
     fails on Keras's layer normalization; there the dynamic export goes
     through `torch.export` and torch's ONNX exporter directly (one batch
     dimension shared by the inputs, one length per token input), and
-    Keras's own export serves fixed shapes.
+    Keras's own export serves fixed shapes. On JAX, Keras's converter
+    (jax2onnx) converts the classifier and the vision transformer at fixed
+    shapes only; any other case is refused with a `ValueError` that says so
+    and points to the TensorFlow and torch backends.
+
+    The file is written beside `path` under a hidden name, checked by the
+    ONNX checker and renamed over `path`: a kill, a full disk or a failed
+    conversion leaves a previous file at `path` byte-identical.
 
     Args:
         model: a built zoo model (`Transformer`, `TransformerLM`,
             `TransformerEncoderClassifier`, `VisionTransformer`).
-        path: the `.onnx` file to write.
+        path: the `.onnx` file to write (replaced if it exists; its folder
+            is created).
         batch_size: int, a fixed batch size. Defaults to `None` (dynamic).
         sequence_length: int, a fixed length of token inputs. Defaults to
             `None` (dynamic).
-        opset_version: int, the ONNX opset. Defaults to `None`, the
-            converter's default.
+        opset_version: int, the ONNX opset: 13 to 18 on TensorFlow, 18 to
+            25 on torch and JAX. Defaults to `None`, the converter's default.
 
     Returns:
         The `pathlib.Path` written.
@@ -75,29 +140,48 @@ def export_onnx(model, path, batch_size=None, sequence_length=None, opset_versio
     ...     "lm_tiny", vocabulary_size=50)
     >>> keras_attn.export.export_onnx(model, "/tmp/lm.onnx")  # doctest: +SKIP
     """
+    backend = keras.backend.backend()
+    path = check_file_destination(path, "export_onnx")
     if batch_size is not None:
         batch_size = check_positive_int(batch_size, "batch_size")
     if sequence_length is not None:
         sequence_length = check_positive_int(sequence_length, "sequence_length")
-    backend = keras.backend.backend()
+    opset_version = check_opset_version(opset_version, backend)
     signature = _input_signature(model, batch_size, sequence_length)
-    path = Path(path)
-    if backend == "torch" and any(
-        None in spec.shape for spec in _named_specs(signature).values()
-    ):
-        return _export_torch_dynamic(model, path, signature, opset_version)
     if backend == "tensorflow":
         from keras_attn.export.tf2onnx_ops import register_tf2onnx_handlers
 
         register_tf2onnx_handlers()
-    model.export(
-        str(path),
-        format="onnx",
-        input_signature=signature,
-        opset_version=opset_version,
-        verbose=False,
-    )
-    return path
+    if backend == "jax" and importlib.util.find_spec("jax2onnx") is None:
+        raise ImportError(
+            f"`export_onnx` needs jax2onnx on the JAX backend. {JAX_ONNX_MESSAGE}"
+        )
+
+    def write(temporary):
+        if backend == "torch" and any(
+            None in spec.shape for spec in _named_specs(signature).values()
+        ):
+            _export_torch_dynamic(model, temporary, signature, opset_version)
+            return
+        try:
+            model.export(
+                str(temporary),
+                format="onnx",
+                input_signature=signature,
+                opset_version=opset_version,
+                verbose=False,
+            )
+        except (TypeError, ValueError, NotImplementedError) as error:
+            if backend != "jax":
+                raise
+            raise ValueError(
+                f"jax2onnx could not convert this {type(model).__name__} "
+                f"(batch_size={batch_size}, sequence_length={sequence_length}). "
+                f"{JAX_ONNX_MESSAGE} jax2onnx's error: {type(error).__name__}: "
+                f"{str(error)[:300]}"
+            ) from error
+
+    return export_file(path, write, lambda temporary: check_onnx_file(temporary, path))
 
 
 def _export_torch_dynamic(model, path, signature, opset_version):
@@ -147,9 +231,11 @@ def _export_torch_dynamic(model, path, signature, opset_version):
         input_names=names,
         output_names=["output_0"],
         opset_version=opset_version,
+        # One self-contained file (torch writes the weights to a second,
+        # `<path>.data`, by default), so that one rename swaps it in whole.
+        external_data=False,
         verbose=False,
     )
-    return path
 
 
 def _named_specs(signature):
@@ -189,6 +275,7 @@ def export_onnx_translator(
     length_penalty_alpha=0.6,
     length_multiple=8,
     max_source_length=None,
+    overwrite=True,
 ):
     """Writes a translator that ONNX Runtime serves without Keras or TensorFlow.
 
@@ -205,19 +292,32 @@ def export_onnx_translator(
     `length_multiple`.
 
     Needs the TensorFlow backend (Keras converts through tf2onnx); weights
-    trained on any backend load there.
+    trained on any backend load there. The model, tokenizer, search,
+    `max_source_length` and destination arguments are checked by the check
+    `export_translator` uses, so both refuse the same things with the same
+    messages, before any work.
+
+    The folder is written beside `directory` under a hidden name, loaded
+    once by the client (`OnnxTranslator`, which checks every file) and
+    swapped in by a rename: a kill, a full disk or a failed conversion
+    leaves a previous export at `directory` byte-identical.
 
     Args:
         model: a trained `keras_attn.models.Transformer`.
         tokenizer: its `keras_attn.text.SubwordTokenizer`.
-        directory: the directory to write (created; files replaced).
+        directory: `str` or `pathlib.Path`, the folder to write.
         strategy: `"greedy"` or `"beam"`. Defaults to `"greedy"`.
         beam_size: beams of `strategy="beam"`. Defaults to `4`.
         length_penalty_alpha: beam search's length penalty. Defaults to `0.6`.
         length_multiple: source lengths are padded to a multiple of this,
             as `Translator` does. Defaults to `8`.
-        max_source_length: most source ids, end id included. Defaults to
-            `None`, the model's `max_sequence_length`.
+        max_source_length: most source ids, end id included (at least 2,
+            at most the model's learned positions). Defaults to `None`, the
+            model's `max_sequence_length`.
+        overwrite: bool, whether to replace a previous export at
+            `directory`; `False` refuses an existing `directory` with a
+            `FileExistsError`. A file, or a folder holding other files than
+            an export, is never replaced. Defaults to `True`.
 
     Returns:
         The `pathlib.Path` of the directory.
@@ -230,46 +330,70 @@ def export_onnx_translator(
             "KERAS_BACKEND=tensorflow (weights from any backend load there). "
             f"Received: backend={backend!r}"
         )
-    strategy = check_choice(strategy, "strategy", STRATEGIES)
-    if strategy == "beam":
+    arguments = check_translator_export(
+        ONNX_TRANSLATOR,
+        model,
+        tokenizer,
+        directory,
+        strategy,
+        beam_size,
+        length_penalty_alpha,
+        max_source_length,
+        overwrite,
+    )
+    length_multiple = check_positive_int(length_multiple, "length_multiple")
+    if arguments.strategy == "beam":
         sampler = BeamSampler(
-            num_beams=check_positive_int(beam_size, "beam_size"),
-            length_penalty_alpha=check_length_penalty_alpha(length_penalty_alpha),
+            num_beams=arguments.search_options["beam_size"],
+            length_penalty_alpha=arguments.search_options["length_penalty_alpha"],
         )
     else:
         sampler = "greedy"
-    length_multiple = check_positive_int(length_multiple, "length_multiple")
-    if max_source_length is None:
-        max_source_length = int(model.max_sequence_length)
-    max_source_length = check_positive_int(max_source_length, "max_source_length")
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    if not hasattr(tokenizer, "model_proto"):
+        raise TypeError(
+            "`tokenizer` must be a `keras_attn.text.SubwordTokenizer` (its "
+            "SentencePiece `model_proto` is written for the client). "
+            f"Received: tokenizer={tokenizer!r:.100}"
+        )
+    config = {
+        "start_id": int(tokenizer.start_id),
+        "end_id": int(tokenizer.end_id),
+        "pad_id": int(model.pad_id),
+        "max_source_length": arguments.max_source_length,
+        "length_multiple": length_multiple,
+        "strategy": arguments.strategy,
+        "beam_size": arguments.search_options.get("beam_size"),
+        "length_penalty_alpha": arguments.search_options.get("length_penalty_alpha"),
+        "keras_version": keras.__version__,
+    }
 
     from keras_attn.export.tf2onnx_ops import register_tf2onnx_handlers
 
     register_tf2onnx_handlers()
     graph = _DecodingGraph(model, tokenizer.start_id, tokenizer.end_id, sampler)
-    graph.export(
-        str(directory / MODEL_FILE),
-        format="onnx",
-        input_signature=[
-            keras.InputSpec(shape=(None, None), dtype="int32", name="encoder_tokens")
-        ],
-        opset_version=TRANSLATOR_OPSET,
-        verbose=False,
-    )
-    (directory / TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
-    config = {
-        "start_id": int(tokenizer.start_id),
-        "end_id": int(tokenizer.end_id),
-        "pad_id": int(model.pad_id),
-        "max_source_length": max_source_length,
-        "length_multiple": length_multiple,
-        "strategy": strategy,
-        "beam_size": beam_size if strategy == "beam" else None,
-        "length_penalty_alpha": length_penalty_alpha if strategy == "beam" else None,
-        "keras_version": keras.__version__,
-    }
-    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-    shutil.copyfile(Path(__file__).with_name(RUNTIME_FILE), directory / RUNTIME_FILE)
-    return directory
+
+    def write(partial):
+        graph.export(
+            str(partial / MODEL_FILE),
+            format="onnx",
+            input_signature=[
+                keras.InputSpec(
+                    shape=(None, None), dtype="int32", name="encoder_tokens"
+                )
+            ],
+            opset_version=TRANSLATOR_OPSET,
+            verbose=False,
+        )
+        (partial / TOKENIZER_FILE).write_bytes(tokenizer.model_proto)
+        (partial / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+        shutil.copyfile(Path(__file__).with_name(RUNTIME_FILE), partial / RUNTIME_FILE)
+
+    return export_directory(arguments.directory, write, _check_translator_folder)
+
+
+def _check_translator_folder(partial):
+    """The ONNX checker on the graph, then the client loads the folder."""
+    from keras_attn.export.onnx_translator import OnnxTranslator
+
+    check_onnx_file(partial / MODEL_FILE, MODEL_FILE)
+    OnnxTranslator(partial)

@@ -3,36 +3,28 @@
 import collections.abc
 import dataclasses
 import json
-import os
-from pathlib import Path
 
 import keras
 import tensorflow as tf
 
+from keras_attn.export.atomic_export import export_directory
 from keras_attn.export.jax_stablehlo import tensorflow_compatible_stablehlo
 from keras_attn.export.tensorflow_process import export_in_tensorflow_process
-from keras_attn.file_safety import replace_directory
+from keras_attn.export.translator_arguments import (
+    Destination,
+    check_translator_export,
+)
 from keras_attn.generation.decoding_inputs import MAX_LENGTH_OFFSET, max_length_limit
-from keras_attn.generation.samplers import (
-    BeamSampler,
-    GreedySampler,
-    check_length_penalty_alpha,
-)
+from keras_attn.generation.samplers import BeamSampler, GreedySampler
 from keras_attn.generation.seq2seq import generate_seq2seq
-from keras_attn.validation import (
-    check_bool,
-    check_choice,
-    check_int,
-    check_positive_int,
-    check_positive_int_sequence,
-)
+from keras_attn.validation import check_bool, check_positive_int_sequence
 
-STRATEGIES = ("beam", "greedy")
 # The smallest source-length bucket; the others double up to the maximum.
 SMALLEST_SOURCE_BUCKET = 16
 # Batch buckets of a JAX export (larger batches pad to multiples of 64).
 JAX_BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 CONFIG_FILE = "translator_export.json"
+SAVED_MODEL = Destination("export_translator", "a SavedModel folder", "saved_model.pb")
 
 
 def default_source_length_buckets(max_source_length):
@@ -54,22 +46,6 @@ def _check_buckets(buckets, name, smallest_largest=None):
             f"Received: {name}={buckets!r}"
         )
     return checked
-
-
-def _check_max_source_length(model, max_source_length):
-    if max_source_length is None:
-        return int(model.max_sequence_length)
-    # Two ids at least: one token and the end id.
-    max_source_length = check_int(max_source_length, "max_source_length", min_value=2)
-    position_limit = model.position_scheme.max_length
-    if position_limit is not None and max_source_length > position_limit:
-        raise ValueError(
-            "`max_source_length` must be at most the model's "
-            f"max_sequence_length={model.max_sequence_length} with "
-            f"{model.position_scheme.name} positions. "
-            f"Received: max_source_length={max_source_length}"
-        )
-    return max_source_length
 
 
 def _check_jax_platforms(jax_platforms, backend):
@@ -119,69 +95,12 @@ class _ExportSettings:
         return GreedySampler()
 
 
-def _check_model_and_directory(model, tokenizer, directory):
-    if tokenizer.vocabulary_size != model.vocabulary_size:
-        raise ValueError(
-            "The tokenizer and the model disagree on the vocabulary size. "
-            f"Received: tokenizer.vocabulary_size={tokenizer.vocabulary_size}, "
-            f"model.vocabulary_size={model.vocabulary_size}"
-        )
-    if not isinstance(directory, (str, os.PathLike)):
-        raise TypeError(
-            "`directory` must be a `str` or `pathlib.Path`. Received: "
-            f"directory={directory!r} of type {type(directory).__name__}"
-        )
-
-
-def _check_destination(directory, overwrite):
-    """Refuses a `directory` that an export must not replace.
-
-    An existing file is never replaced, nor a folder that holds files but no
-    `saved_model.pb` (a run directory given by mistake); a previous export
-    or an empty folder is replaced when `overwrite` is true.
-    """
-    overwrite = check_bool(overwrite, "overwrite")
-    path = Path(directory)
-    if not (path.exists() or path.is_symlink()):
-        return overwrite
-    if not path.is_dir():
-        raise FileExistsError(
-            f"`directory` is an existing file, not a folder; export_translator "
-            f"writes a SavedModel folder. Received: directory={str(directory)!r}"
-        )
-    if not overwrite:
-        raise FileExistsError(
-            "`directory` already exists; pass overwrite=True to replace it. "
-            f"Received: directory={str(directory)!r}, overwrite=False"
-        )
-    if any(path.iterdir()) and not (path / "saved_model.pb").exists():
-        raise FileExistsError(
-            "`directory` is a folder that holds files but no saved_model.pb: "
-            "export_translator replaces only a previous export or an empty "
-            "folder, never other files. Choose another folder. Received: "
-            f"directory={str(directory)!r}"
-        )
-    return overwrite
-
-
-def _check_search(strategy, beam_size, length_penalty_alpha):
-    """`(strategy, search_options)`; the options are beam search's, or none."""
-    strategy = check_choice(strategy, "strategy", STRATEGIES)
-    if strategy != "beam":
-        return strategy, {}
-    return strategy, {
-        "beam_size": check_positive_int(beam_size, "beam_size"),
-        "length_penalty_alpha": check_length_penalty_alpha(length_penalty_alpha),
-    }
-
-
 def _is_auto(value):
     return isinstance(value, str) and value == "auto"
 
 
-def _check_padding(model, max_source_length, source_buckets, batch_buckets):
-    """`(max_source_length, source_length_buckets, batch_size_buckets)`."""
-    max_source_length = _check_max_source_length(model, max_source_length)
+def _check_padding(max_source_length, source_buckets, batch_buckets):
+    """`(source_length_buckets, batch_size_buckets)` for a checked length."""
     if _is_auto(source_buckets):
         source_buckets = default_source_length_buckets(max_source_length)
     elif source_buckets is not None:
@@ -193,7 +112,7 @@ def _check_padding(model, max_source_length, source_buckets, batch_buckets):
         batch_buckets = JAX_BATCH_SIZE_BUCKETS if on_jax else None
     elif batch_buckets is not None:
         batch_buckets = _check_buckets(batch_buckets, "batch_size_buckets")
-    return max_source_length, source_buckets, batch_buckets
+    return source_buckets, batch_buckets
 
 
 def _smallest_bucket_index(buckets, value):
@@ -695,22 +614,32 @@ def export_translator(
     ...     sentences=tf.constant(["A dog runs."]))["translations"]
     <tf.Tensor: shape=(1,), dtype=string, numpy=array([b'Ein Hund rennt.'], ...)>
     """
-    # Every argument is checked before any work.
-    _check_model_and_directory(model, tokenizer, directory)
-    strategy, search_options = _check_search(strategy, beam_size, length_penalty_alpha)
-    settings = _ExportSettings(
+    # Every argument is checked before any work, by the check that
+    # `export_onnx_translator` shares.
+    arguments = check_translator_export(
+        SAVED_MODEL,
+        model,
+        tokenizer,
+        directory,
         strategy,
-        search_options,
+        beam_size,
+        length_penalty_alpha,
+        max_source_length,
+        overwrite,
+    )
+    settings = _ExportSettings(
+        arguments.strategy,
+        arguments.search_options,
+        arguments.max_source_length,
         *_check_padding(
-            model, max_source_length, source_length_buckets, batch_size_buckets
+            arguments.max_source_length, source_length_buckets, batch_size_buckets
         ),
         jax_platforms=_check_jax_platforms(jax_platforms, keras.backend.backend()),
     )
     verbose = check_bool(verbose, "verbose")
-    _check_destination(directory, overwrite)
     if keras.backend.backend() == "torch":
-        replace_directory(
-            directory,
+        export_directory(
+            arguments.directory,
             lambda partial: export_in_tensorflow_process(
                 model,
                 tokenizer,
@@ -723,13 +652,24 @@ def export_translator(
                 verbose=verbose,
                 overwrite=True,  # `partial`: the empty folder made for it
             ),
+            _check_saved_model,
         )
-        return Path(directory).resolve()
-    directory = Path(directory)
-    replace_directory(
-        directory, lambda partial: _write(partial, model, tokenizer, settings, verbose)
+        return arguments.directory.resolve()
+    return export_directory(
+        arguments.directory,
+        lambda partial: _write(partial, model, tokenizer, settings, verbose),
+        _check_saved_model,
     )
-    return directory
+
+
+def _check_saved_model(partial):
+    """Raises `RuntimeError` unless `partial` holds a SavedModel and settings."""
+    for name in ("saved_model.pb", f"assets.extra/{CONFIG_FILE}"):
+        path = partial / name
+        if not path.is_file() or path.stat().st_size == 0:
+            raise RuntimeError(
+                f"The export wrote no {name}, so the destination was not replaced."
+            )
 
 
 def _write(directory, model, tokenizer, settings, verbose):

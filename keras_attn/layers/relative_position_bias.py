@@ -115,10 +115,16 @@ def relative_position_bucket(
     else:
         offset = 0
         distance = -ops.minimum(relative_position, 0)
+    # (max_distance + 1, 1): a 2-D table read along axis 0. Keras's torch
+    # `take` of a 1-D table ends in a `squeeze` of the gathered values,
+    # which torch's ONNX exporter writes as an ONNX `Squeeze` that refuses
+    # more than one element (any shape but 1x1 failed in ONNX Runtime).
     table = ops.convert_to_tensor(
         _distance_buckets(num_buckets, max_distance), dtype="int32"
-    )
-    return offset + ops.take(table, ops.minimum(distance, max_distance))
+    )[:, None]
+    # (..., 1) -> (...)
+    buckets = ops.take(table, ops.minimum(distance, max_distance), axis=0)[..., 0]
+    return offset + buckets
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

@@ -67,9 +67,21 @@ def test_beam_search_ids_equal_the_translator(tmp_path):
         "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
     )
     options = dict(beam_size=3, length_penalty_alpha=0.6)
+    # Over a previous export: replaced whole, not merged into.
+    previous = tmp_path / "onnx"
+    previous.mkdir()
+    (previous / "translator.onnx").write_bytes(b"previous graph")
+    (previous / "stale.txt").write_text("from the previous export")
     directory = export_onnx_translator(
-        model, tokenizer, tmp_path / "onnx", strategy="beam", **options
+        model, tokenizer, previous, strategy="beam", **options
     )
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "onnx_translator.py",
+        "tokenizer.model",
+        "translator.json",
+        "translator.onnx",
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["onnx"]  # nothing beside
     sentences = README_SENTENCES + multi30k_test_sentences(5)
     expected = Translator(model, tokenizer, strategy="beam", **options)
     served = translate_in_client(directory, sentences)
