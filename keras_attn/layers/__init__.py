@@ -3,6 +3,7 @@
 from keras_attn.layers import position_schemes
 from keras_attn.layers.alibi_bias import AlibiBias, alibi_bias, alibi_slopes
 from keras_attn.layers.attention_projection import AttentionProjection
+from keras_attn.layers.attention_settings import AttentionSettings
 from keras_attn.layers.class_token import ClassToken
 from keras_attn.layers.fast_dropout import FastDropout, fast_dropout
 from keras_attn.layers.feed_forward import FeedForward
@@ -40,6 +41,7 @@ from keras_attn.layers.vocabulary_projection import VocabularyProjection
 
 __all__ = [
     "AttentionProjection",
+    "AttentionSettings",
     "ClassToken",
     "FastDropout",
     "FeedForward",

@@ -1,35 +1,10 @@
-"""Argument handling of `MultiHeadAttention`: checks and deprecated aliases.
+"""Argument checks of `MultiHeadAttention`.
 
 The checks keep `keras.layers.MultiHeadAttention`'s messages where the two
 layers share an argument, so the layer stays a drop-in.
 """
 
 import numbers
-import os
-import sys
-import warnings
-
-import keras
-
-# Frames in these folders are not the user's code: a deprecation warning
-# points past them, at the line that passed the deprecated argument.
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(os.path.abspath(module.__file__)) + os.sep
-    for module in (sys.modules["keras_attn"], keras)
-)
-
-
-def _user_stacklevel():
-    """The `stacklevel` of the first frame outside keras-attn and Keras.
-
-    Counted from the function that calls this one (level 1), so that the
-    warning it raises names the user's line, whichever layer, block or
-    model constructor passed the argument down.
-    """
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def check_head_dim(value, name, allow_none=False):
@@ -99,36 +74,8 @@ def check_input_shapes(query_shape, value_shape, key_shape):
             )
 
 
-def _deprecated_alias(alias, alias_value, name, value, advice):
-    """Warns about a deprecated alias; refuses it beside its replacement.
-
-    A `FutureWarning` (shown by default: the users of a deprecated argument
-    are the ones to read it), pointing at the user's line.
-    """
-    warnings.warn(
-        f"`{alias}` is deprecated and will be removed in the next release: "
-        f"{advice}. Received: {alias}={alias_value}",
-        FutureWarning,
-        stacklevel=_user_stacklevel(),
-    )
-    if value is not None:
-        raise ValueError(
-            f"Pass `{name}` or its deprecated alias `{alias}`, not both. "
-            f"Received: {name}={value}, {alias}={alias_value}"
-        )
-
-
-def standardize_output_shape(output_shape, output_dim=None):
-    """`output_shape` (or its deprecated alias `output_dim`) as a tuple or None."""
-    if output_dim is not None:
-        _deprecated_alias(
-            "output_dim",
-            output_dim,
-            "output_shape",
-            output_shape,
-            "use `output_shape` (the name of `keras.layers.MultiHeadAttention`)",
-        )
-        output_shape = check_head_dim(output_dim, "output_dim")
+def standardize_output_shape(output_shape):
+    """`output_shape` (an int, or a tuple or list of ints) as a tuple, or None."""
     if output_shape is None:
         return None
     if isinstance(output_shape, numbers.Integral) and not isinstance(
@@ -175,29 +122,17 @@ def check_sliding_window(sliding_window):
     return sliding_window if sliding_window is None else int(sliding_window)
 
 
-def resolve_flash_attention(flash_attention, use_fused_attention, dropout):
-    """`flash_attention` (`None`, `True`, `False`) from it or its alias.
+def check_flash_attention(flash_attention, dropout):
+    """`flash_attention` checked: `None`, `True` or `False`.
 
     Args:
         flash_attention: `None`, `True` or `False`.
-        use_fused_attention: `None`, or the deprecated alias's value
-            (`True` is `flash_attention=None`, `False` is `False`).
         dropout: float, the attention dropout (refused beside
             `flash_attention=True`).
 
     Returns:
         `None`, `True` or `False`.
     """
-    if use_fused_attention is not None:
-        _deprecated_alias(
-            "use_fused_attention",
-            use_fused_attention,
-            "flash_attention",
-            flash_attention,
-            "use `flash_attention` (`False` for `use_fused_attention=False`, "
-            "`None` for `True`)",
-        )
-        flash_attention = None if use_fused_attention else False
     if flash_attention is not None and not isinstance(flash_attention, bool):
         raise ValueError(
             "`flash_attention` must be `None`, `True` or `False`. "

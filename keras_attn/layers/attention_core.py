@@ -40,7 +40,7 @@ from keras_attn.layers.grouped_heads import (
     grouped_weighted_values,
     per_key_head,
 )
-from keras_attn.layers.masking import as_bool_mask, causal_mask
+from keras_attn.layers.masking import causal_mask
 
 # Added to masked scores before the softmax. Finite, so a fully masked row is
 # a uniform softmax (then zeroed) rather than `exp(-inf - -inf) = NaN`.
@@ -91,12 +91,15 @@ def as_attention_bias(bias, argument_name="bias", scores_shape=None):
 
 
 def _heads_mask(mask):
-    """A boolean mask as `(batch, heads, query_length, key_length)` (axes of 1
-    broadcast): a 3-D `(batch, query_length, key_length)` mask gets a heads
+    """A mask as boolean `(batch, heads, query_length, key_length)` (axes of
+    1 broadcast): a 3-D `(batch, query_length, key_length)` mask gets a heads
     axis, lower ranks leading axes."""
-    mask = as_bool_mask(mask, "mask")
     if mask is None:
         return None
+    if keras.backend.standardize_dtype(mask.dtype) != "bool":
+        # Not checked (the callers did): cast, as Keras's
+        # `_compute_attention` casts a mask an override hands it.
+        mask = ops.cast(mask, "bool")
     rank = len(mask.shape)
     if rank > 4:
         raise ValueError(
@@ -195,6 +198,10 @@ def compute_attention(
 ):
     """Computes `softmax(Q K^T * scale + bias) V` over several heads at once.
 
+    The mask and bias are used as given: the public entry points check
+    them first (`MultiHeadAttention.call` and `call_with_key_value`,
+    `scaled_dot_product_attention`; `as_bool_mask`, `as_attention_bias`).
+
     Args:
         query: tensor `(batch, query_length, num_heads, key_dim)`.
         key: tensor `(batch, key_length, key_heads, key_dim)`: `key_heads`
@@ -217,9 +224,8 @@ def compute_attention(
         scale: float, the scale of `Q K^T`. Defaults to `None`, meaning
             `1 / sqrt(key_dim)`.
         dropout_rate: float, dropout on the attention weights during
-            training, through `keras_attn.layers.fast_dropout` (on JAX and
-            TensorFlow a rate of about 0.025 to 0.975 is applied at a
-            resolution of 1/2048). Defaults to `0.0`.
+            training, through `keras_attn.layers.fast_dropout`. Defaults to
+            `0.0`.
         training: bool, whether dropout is active. Defaults to `False`.
         seed_generator: `keras.random.SeedGenerator` for the dropout.
             Defaults to `None`.
@@ -263,7 +269,6 @@ def compute_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     mask = _heads_mask(mask)
-    bias = as_attention_bias(bias)
     if bias is not None and len(bias.shape) < 4:
         # (batch or 1, heads or 1, query_length, key_length): NumPy
         # broadcasting spelt out, so no kernel reads a 3-D bias its own way.
@@ -305,8 +310,8 @@ def compute_attention(
         weights = ops.cast(weights, value.dtype)
     attention_weights = weights
     if use_dropout:
-        # One uniform draw for two weights on JAX and TensorFlow (rate at
-        # 1/2048 resolution); torch's own dropout kernel on torch.
+        # One uniform draw for two weights on JAX and TensorFlow; torch's
+        # own dropout kernel on torch.
         weights = fast_dropout(weights, dropout_rate, seed=seed_generator)
     if value.shape[2] == weights.shape[1]:
         # (batch, query_length, num_heads, value_dim)

@@ -3,7 +3,6 @@
 import keras
 
 from keras_attn.layers.attention_arguments import check_head_dim
-from keras_attn.layers.grouped_heads import repeat_key_value_heads
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.query_key_heads import check_num_key_value_heads
 
@@ -16,9 +15,11 @@ class GroupedQueryAttention(MultiHeadAttention):
     `keras.layers.GroupQueryAttention`): the same
     constructor and call arguments, read-only names, weights (`query`,
     `key`, `gate`, `value`, `attention_output`, in that order) and override
-    point (`_compute_attention(query, key, value, attention_mask, training,
-    use_causal_mask)`, which receives the keys and values repeated to
-    `num_query_heads` heads, as in Keras). It is
+    point: `_compute_attention` is called as Keras's layer calls it,
+    `(query, key, value, attention_mask=..., training=...)` with the keys
+    and values repeated to `num_query_heads` heads and the call's
+    `return_attention_scores` in `self._return_attention_scores` (an
+    override passes `use_causal_mask` on by keyword). It is
     `keras_attn.layers.MultiHeadAttention` with `num_heads=num_query_heads`,
     `key_dim=value_dim=head_dim` and `num_key_value_heads`, so it attends
     without repeating the keys and values (`keras_attn.layers.
@@ -85,6 +86,12 @@ class GroupedQueryAttention(MultiHeadAttention):
         https://arxiv.org/abs/2305.13245.
     """
 
+    # An override of `_compute_attention` follows Keras's
+    # `GroupedQueryAttention` signature, `(query, key, value,
+    # attention_mask=None, training=None, use_causal_mask=False)`, and reads
+    # the call's `return_attention_scores` from `self._return_attention_scores`.
+    _override_takes_return_attention_scores = False
+
     def __init__(
         self,
         head_dim,
@@ -132,7 +139,6 @@ class GroupedQueryAttention(MultiHeadAttention):
             seed=seed,
             **kwargs,
         )
-        self._return_attention_scores = False
         self._feature_dim = None
 
     # --- Keras's names -------------------------------------------------------
@@ -182,88 +188,6 @@ class GroupedQueryAttention(MultiHeadAttention):
     def build(self, query_shape, value_shape, key_shape=None):
         self._feature_dim = query_shape[-1]
         super().build(query_shape, value_shape, key_shape)
-
-    # --- Keras's override point ----------------------------------------------
-
-    def _compute_attention(
-        self,
-        query,
-        key,
-        value,
-        attention_mask=None,
-        training=None,
-        use_causal_mask=False,
-        attention_bias=None,
-        masked_keys_are_finite=False,
-    ):
-        """Attention on projected heads, with Keras's signature.
-
-        Args:
-            query: `(batch, target_length, num_query_heads, head_dim)`.
-            key: `(batch, source_length, heads, head_dim)`, `heads` being
-                `num_query_heads` (Keras's repeated keys) or
-                `num_key_value_heads`.
-            value: as `key`.
-            attention_mask: optional boolean mask broadcastable to `(batch,
-                num_query_heads, target_length, source_length)`.
-            training: bool, whether dropout is active.
-            use_causal_mask: bool, whether to apply the causal mask too.
-                Defaults to `False`.
-            attention_bias: optional float bias added to the scaled scores.
-                Defaults to `None`.
-            masked_keys_are_finite: bool, skip zeroing the keys and values
-                no query attends (a zeroed cache; see
-                `keras_attn.layers.attention_core.compute_attention`).
-                Defaults to `False`.
-
-        Returns:
-            `(attention_output, attention_scores)`, the scores `None` unless
-            the call returns them.
-        """
-        return super()._compute_attention(
-            query,
-            key,
-            value,
-            attention_mask,
-            training,
-            self._return_attention_scores,
-            use_causal_mask=use_causal_mask,
-            attention_bias=attention_bias,
-            masked_keys_are_finite=masked_keys_are_finite,
-        )
-
-    def _overrides_compute_attention(self):
-        return (
-            type(self)._compute_attention
-            is not GroupedQueryAttention._compute_attention
-        )
-
-    def _call_compute_attention(
-        self,
-        queries,
-        keys,
-        values,
-        mask,
-        bias,
-        training,
-        return_attention_scores,
-        causal_only=False,
-        masked_keys_are_finite=False,
-    ):
-        self._return_attention_scores = return_attention_scores
-        extra = {}
-        if causal_only:
-            extra["use_causal_mask"] = True
-        if bias is not None:
-            extra["attention_bias"] = bias
-        if self._overrides_compute_attention():
-            # Keras's contract: one key/value head per query head.
-            keys, values = repeat_key_value_heads(keys, values, self._num_heads)
-        elif masked_keys_are_finite:
-            extra["masked_keys_are_finite"] = True
-        return self._compute_attention(
-            queries, keys, values, attention_mask=mask, training=training, **extra
-        )
 
     # --- Shapes and config ---------------------------------------------------
 

@@ -1,11 +1,13 @@
 """Multi-head attention, section 3.2.2 of the paper.
 
-The constructor, `build` and `call` read here; the layer's other parts are
-mixins in the `multi_head_attention_*` modules beside it: `projections`
-(the sub-layers' factory), `override` (Keras's `_compute_attention`),
-`key_value` (`compute_key_value` / `call_with_key_value`, for a cache),
-`over_axes` (inputs of rank > 3), `config` (output shapes, `get_config`)
-and `names` (Keras's read-only names).
+`MultiHeadAttention` reads as Keras's layer does: the constructor checks
+and stores its arguments, `build` makes the projections, `call` projects,
+merges the masks and hands the heads to `_compute_attention` (Keras's
+override point), which runs the one attention core
+(`keras_attn.layers.attention_core.compute_attention`). Cached decoding
+splits a call in two: `compute_key_value`, then `call_with_key_value`.
+Inputs of rank > 3 (`attention_axes`) are brought to a sequence's layout
+around the same core (`keras_attn.layers.attention_axes.AxesLayout`).
 """
 
 import math
@@ -13,11 +15,11 @@ import math
 import keras
 
 from keras_attn.layers.attention_arguments import (
+    check_flash_attention,
     check_head_dim,
     check_input_shapes,
     check_key_value_shapes,
     check_sliding_window,
-    resolve_flash_attention,
     standardize_attention_axes,
     standardize_output_shape,
 )
@@ -26,18 +28,12 @@ from keras_attn.layers.attention_axes import (
     normalize_attention_axes,
     projection_equation,
 )
-from keras_attn.layers.attention_core import as_attention_bias
-from keras_attn.layers.masking import merge_attention_masks
-from keras_attn.layers.multi_head_attention_config import MultiHeadAttentionConfig
-from keras_attn.layers.multi_head_attention_key_value import KeyValueAttention
-from keras_attn.layers.multi_head_attention_names import MultiHeadAttentionNames
-from keras_attn.layers.multi_head_attention_over_axes import AttentionOverAxes
-from keras_attn.layers.multi_head_attention_override import (
-    ComputeAttentionOverride,
-)
-from keras_attn.layers.multi_head_attention_projections import (
-    MultiHeadAttentionProjections,
-)
+from keras_attn.layers.attention_core import as_attention_bias, compute_attention
+from keras_attn.layers.attention_projection import AttentionProjection
+from keras_attn.layers.grouped_heads import repeat_key_value_heads
+from keras_attn.layers.legacy_config import migrate_attention_config
+from keras_attn.layers.masking import as_bool_mask, merge_attention_masks
+from keras_attn.layers.masks_over_axes import masks_to_sequence
 from keras_attn.layers.query_key_heads import (
     HeadRotation,
     check_num_key_value_heads,
@@ -55,15 +51,7 @@ from keras_attn.validation import (
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class MultiHeadAttention(
-    MultiHeadAttentionNames,
-    MultiHeadAttentionConfig,
-    ComputeAttentionOverride,
-    KeyValueAttention,
-    AttentionOverAxes,
-    MultiHeadAttentionProjections,
-    keras.layers.Layer,
-):
+class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention: `Concat(head_1, ..., head_h) W^O`.
 
     Each head is `Attention(Q W_i^Q, K W_i^K, V W_i^V)` (equation (1) of the
@@ -95,9 +83,7 @@ class MultiHeadAttention(
         value_dim: int, size of each head for values, `d_v`. Defaults to
             `None`, meaning `key_dim`.
         dropout: float in `[0, 1)`, dropout on the attention weights
-            (`keras_attn.layers.fast_dropout`: half the random numbers on
-            JAX and TensorFlow, the rate at a resolution of 1/2048 there, 0.1
-            becoming 0.10010). Defaults to `0.0`.
+            (`keras_attn.layers.fast_dropout`). Defaults to `0.0`.
         use_bias: bool, whether the projections have biases. Defaults to
             `True`.
         output_shape: int or tuple of ints, the output's shape besides the
@@ -159,9 +145,6 @@ class MultiHeadAttention(
         rotary_dim: even int `<= key_dim`, the number of features rotated
             (partial rotary); only with `rotary_max_wavelength`. Defaults
             to `None`, meaning all of `key_dim`.
-        output_dim: deprecated alias of `output_shape` (an int).
-        use_fused_attention: deprecated: `use_fused_attention=False` is
-            `flash_attention=False`, `True` is `flash_attention=None`.
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -204,6 +187,12 @@ class MultiHeadAttention(
         Vaswani et al., "Attention Is All You Need", 2017, section 3.2.2.
     """
 
+    # Keras's `GroupedQueryAttention` calls an override of
+    # `_compute_attention` without `return_attention_scores` (the override
+    # reads `self._return_attention_scores`); Keras's `MultiHeadAttention`
+    # passes it. A subclass names the signature its overrides follow.
+    _override_takes_return_attention_scores = True
+
     def __init__(
         self,
         num_heads,
@@ -230,8 +219,6 @@ class MultiHeadAttention(
         rotary_max_wavelength=None,
         rotary_scaling_factor=1.0,
         rotary_dim=None,
-        output_dim=None,
-        use_fused_attention=None,
         **kwargs,
     ):
         num_heads = check_head_dim(num_heads, "num_heads")
@@ -260,12 +247,10 @@ class MultiHeadAttention(
         self._dropout = check_rate(dropout, "dropout")
         self._use_bias = check_bool(use_bias, "use_bias")
         self._use_gate = check_bool(use_gate, "use_gate")
-        self._output_shape = standardize_output_shape(output_shape, output_dim)
+        self._output_shape = standardize_output_shape(output_shape)
         self._attention_axes = standardize_attention_axes(attention_axes)
         self._sliding_window = check_sliding_window(sliding_window)
-        self._flash_attention = resolve_flash_attention(
-            flash_attention, use_fused_attention, self._dropout
-        )
+        self._flash_attention = check_flash_attention(flash_attention, self._dropout)
         self._kernel_initializer = keras.initializers.get(kernel_initializer)
         self._bias_initializer = keras.initializers.get(bias_initializer)
         self._kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -282,10 +267,148 @@ class MultiHeadAttention(
         self.seed_generator = (
             keras.random.SeedGenerator(seed) if self._dropout > 0.0 else None
         )
+        # What the current call asked for, read by an override of
+        # `_compute_attention` written for Keras's `GroupedQueryAttention`.
+        self._return_attention_scores = False
+        # Set by `build`: `None` for sequences, else the `AxesLayout` that
+        # brings inputs of rank > 3 to a sequence's.
         self._layout = None
         # QK-norm's sub-layers, built with the projections.
         self.query_norm = None
         self.key_norm = None
+
+    # --- Keras's read-only names ---------------------------------------------
+
+    @property
+    def num_heads(self):
+        return self._num_heads
+
+    @property
+    def key_dim(self):
+        return self._key_dim
+
+    @property
+    def value_dim(self):
+        return self._value_dim
+
+    @property
+    def num_key_value_heads(self):
+        """The number of key/value heads (`num_heads` unless grouped)."""
+        return self._num_key_value_heads
+
+    @property
+    def dropout(self):
+        return self._dropout
+
+    @property
+    def use_bias(self):
+        return self._use_bias
+
+    @property
+    def use_gate(self):
+        return self._use_gate
+
+    @property
+    def attention_axes(self):
+        return self._attention_axes
+
+    @property
+    def sliding_window(self):
+        return self._sliding_window
+
+    @property
+    def flash_attention(self):
+        return self._flash_attention
+
+    # The sub-layers are held as `_query_dense` etc. (Keras's names, which
+    # code written for Keras's layer reaches for) and saved under these
+    # public names: Keras's saving visits public attributes first, so the
+    # weights' paths in `.keras` and `.weights.h5` files stay
+    # `query_dense/...`, as in Keras's own layer and earlier keras-attn.
+
+    @property
+    def query_dense(self):
+        return self._query_dense
+
+    @property
+    def key_dense(self):
+        return self._key_dense
+
+    @property
+    def value_dense(self):
+        return self._value_dense
+
+    @property
+    def output_dense(self):
+        return self._output_dense
+
+    @property
+    def gate_dense(self):
+        """The gate projection, or `None` without `use_gate`."""
+        return getattr(self, "_gate_dense", None)
+
+    # --- Config --------------------------------------------------------------
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self._num_heads,
+                "key_dim": self._key_dim,
+                "value_dim": self._value_dim,
+                "dropout": self._dropout,
+                "use_bias": self._use_bias,
+                "output_shape": self._output_shape,
+                "attention_axes": self._attention_axes,
+                "sliding_window": self._sliding_window,
+                "flash_attention": self._flash_attention,
+                "kernel_initializer": keras.initializers.serialize(
+                    self._kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self._bias_initializer
+                ),
+                "kernel_regularizer": keras.regularizers.serialize(
+                    self._kernel_regularizer
+                ),
+                "bias_regularizer": keras.regularizers.serialize(
+                    self._bias_regularizer
+                ),
+                "activity_regularizer": keras.regularizers.serialize(
+                    self._activity_regularizer
+                ),
+                "kernel_constraint": keras.constraints.serialize(
+                    self._kernel_constraint
+                ),
+                "bias_constraint": keras.constraints.serialize(self._bias_constraint),
+                "use_gate": self._use_gate,
+                "seed": self.seed,
+            }
+        )
+        # The variants' arguments are written only when set: a default
+        # layer's config stays the one `keras.layers.MultiHeadAttention`
+        # reads, and the one files saved before them hold.
+        variants = {
+            "num_key_value_heads": (self._key_value_heads_argument, None),
+            "qk_norm": (self._qk_norm, False),
+            "qk_norm_epsilon": (self._qk_norm_epsilon, 1e-6),
+            "rotary_max_wavelength": (self._rotary_arguments[0], None),
+            "rotary_scaling_factor": (self._rotary_arguments[1], 1.0),
+            "rotary_dim": (self._rotary_arguments[2], None),
+        }
+        config.update(
+            {
+                name: value
+                for name, (value, default) in variants.items()
+                if value != default
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        # Configs saved by earlier versions may use older argument names.
+        return super().from_config(migrate_attention_config(config))
 
     # --- Building ------------------------------------------------------------
 
@@ -336,13 +459,180 @@ class MultiHeadAttention(
             self.key_norm.build((*key_shape[:-1], key_heads, self._key_dim))
         self.built = True
 
+    def _projection(self, equation, output_shape, bias_axes, name, activation=None):
+        """One projection sub-layer with the layer's initializers,
+        regularizers, constraints, bias setting and dtype policy."""
+        projection = AttentionProjection(
+            equation,
+            output_shape=output_shape,
+            bias_axes=bias_axes if self._use_bias else None,
+            activation=activation,
+            # A copy each: an unseeded initializer draws its seed when
+            # created, so projections sharing one would start equal.
+            kernel_initializer=_clone(self._kernel_initializer),
+            bias_initializer=_clone(self._bias_initializer),
+            kernel_regularizer=self._kernel_regularizer,
+            bias_regularizer=self._bias_regularizer,
+            activity_regularizer=self._activity_regularizer,
+            kernel_constraint=self._kernel_constraint,
+            bias_constraint=self._bias_constraint,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+        # This layer applies the Keras masks of its inputs itself; without
+        # this, every call on mask-carrying inputs (`mask_zero=True`
+        # embeddings) warns that the projection "will destroy the mask".
+        projection.supports_masking = True
+        return projection
+
     # --- Attention -----------------------------------------------------------
 
-    def _sequence_bias(self, attention_bias, query, key):
-        """`attention_bias`, checked against the scores `(batch, num_heads,
-        query_length, key_length)` of a call on sequences."""
-        scores_shape = (query.shape[0], self._num_heads, query.shape[1], key.shape[1])
-        return as_attention_bias(attention_bias, "attention_bias", scores_shape)
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=None,
+        use_causal_mask=False,
+        attention_bias=None,
+        masked_keys_are_finite=False,
+    ):
+        """Attention on projected heads: the override point of Keras's layer.
+
+        `call` and `call_with_key_value` project their inputs and hand the
+        heads here, having checked the mask and bias. With
+        `attention_axes`, the axes not attended over have joined the batch
+        and the attended ones are one length, so this method always sees
+        sequences. A subclass overriding it with the signature of Keras's
+        `MultiHeadAttention` (or, on `GroupedQueryAttention`, of Keras's
+        `GroupedQueryAttention`) receives what Keras's layer passes: keys
+        and values with one head per query head, `use_causal_mask` and
+        `attention_bias` only when set, never `masked_keys_are_finite`.
+
+        Args:
+            query: projected queries `(batch, query_length, num_heads,
+                key_dim)`.
+            key: projected keys `(batch, key_length, key_heads, key_dim)`,
+                `key_heads` being `num_key_value_heads` (or, for an
+                override, `num_heads`).
+            value: projected values `(batch, key_length, key_heads,
+                value_dim)`.
+            attention_mask: optional boolean mask `(batch, query_length,
+                key_length)` or `(batch, num_heads, query_length,
+                key_length)` (or a shape that broadcasts to it).
+            training: bool, whether dropout is active.
+            return_attention_scores: bool, whether to compute the weights.
+                Defaults to `None`, meaning what the current call asked
+                for (an override of Keras's `GroupedQueryAttention`
+                signature does not pass it).
+            use_causal_mask: bool, whether to apply the causal mask as
+                well (`call` passes it only when it is the only mask, so
+                the backend's causal kernel runs). Defaults to `False`.
+            attention_bias: optional float tensor broadcastable to
+                `(batch, num_heads, query_length, key_length)`, added to
+                the scaled scores. Defaults to `None`.
+            masked_keys_are_finite: bool, whether the keys and values that
+                no query attends are known finite (a zeroed cache), so the
+                guard that zeroes them is skipped (see
+                `keras_attn.layers.attention_core.compute_attention`).
+                Defaults to `False`.
+
+        Returns:
+            `(attention_output, attention_scores)`: `(batch, query_length,
+            num_heads, value_dim)` and the weights `(batch, num_heads,
+            query_length, key_length)`, or `None` unless
+            `return_attention_scores`.
+        """
+        if len(query.shape) != 4:
+            raise ValueError(
+                "`_compute_attention` takes projected heads `(batch, length, "
+                "num_heads, head_dim)`. Received: "
+                f"query.shape={tuple(query.shape)}"
+            )
+        if return_attention_scores is None:
+            return_attention_scores = self._return_attention_scores
+        return compute_attention(
+            query,
+            key,
+            value,
+            mask=attention_mask,
+            bias=attention_bias,
+            is_causal=use_causal_mask,
+            scale=self._inverse_sqrt_key_dim,
+            dropout_rate=self._dropout,
+            training=training,
+            seed_generator=self.seed_generator,
+            return_attention_scores=return_attention_scores,
+            flash_attention=self._flash_attention,
+            masked_keys_are_finite=masked_keys_are_finite,
+        )
+
+    def _overrides_compute_attention(self):
+        return (
+            type(self)._compute_attention is not MultiHeadAttention._compute_attention
+        )
+
+    def _attention_arguments(
+        self,
+        keys,
+        values,
+        mask,
+        bias,
+        training,
+        return_attention_scores,
+        causal_only=False,
+        masked_keys_are_finite=False,
+    ):
+        """The keys, values and keyword arguments `_compute_attention` gets.
+
+        Our own `_compute_attention` takes every argument. An override
+        written for a Keras layer is called as that layer calls it: with
+        keys and values repeated to one head per query head, and only the
+        arguments of its signature unless set (`masked_keys_are_finite`,
+        a shortcut of our core, never).
+
+        Returns:
+            `(keys, values, keyword_arguments)`.
+        """
+        arguments = {"attention_mask": mask, "training": training}
+        if not self._overrides_compute_attention():
+            arguments.update(
+                return_attention_scores=return_attention_scores,
+                use_causal_mask=causal_only,
+                attention_bias=bias,
+                masked_keys_are_finite=masked_keys_are_finite,
+            )
+            return keys, values, arguments
+        keys, values = repeat_key_value_heads(keys, values, self._num_heads)
+        self._return_attention_scores = return_attention_scores
+        if self._override_takes_return_attention_scores:
+            arguments["return_attention_scores"] = return_attention_scores
+        if causal_only:
+            arguments["use_causal_mask"] = True
+        if bias is not None:
+            arguments["attention_bias"] = bias
+        return keys, values, arguments
+
+    def _project_query(self, query, start_index=0):
+        """`query` projected, normalized and rotated from `start_index`:
+        `(batch, ..., num_heads, key_dim)`."""
+        queries = self._query_dense(query)
+        return transform_heads(queries, self.query_norm, self._rotation, start_index)
+
+    def _project_key_value(self, value, key, start_index=0):
+        """Keys (projected, normalized, rotated from `start_index`) and
+        values: `(batch, ..., num_key_value_heads, key_dim or value_dim)`."""
+        keys = transform_heads(
+            self._key_dense(key), self.key_norm, self._rotation, start_index
+        )
+        return keys, self._value_dense(value)
+
+    def _scores_shape(self, query_shape, key_shape):
+        """The static shape of a sequence call's attention scores."""
+        # (batch, num_heads, query_length, key_length)
+        return (query_shape[0], self._num_heads, query_shape[1], key_shape[1])
 
     def _project_output(self, query, attended, scores, return_attention_scores):
         if self._use_gate:
@@ -353,12 +643,6 @@ class MultiHeadAttention(
         if return_attention_scores:
             return output, scores
         return output
-
-    def _queries(self, query, start_index=0):
-        """`query` projected, normalized and rotated from `start_index`:
-        `(batch, query_length, num_heads, key_dim)`."""
-        queries = self._query_dense(query)
-        return transform_heads(queries, self.query_norm, self._rotation, start_index)
 
     def call(
         self,
@@ -396,30 +680,182 @@ class MultiHeadAttention(
             use_causal_mask=use_causal_mask and not causal_only,
             sliding_window=self._sliding_window,
         )
-        if self._layout is not None:
-            return self._call_over_axes(
-                query,
-                value,
-                key,
-                masks,
+        # (batch, ..., num_heads, key_dim), (batch, ..., key_heads, dim)
+        queries = self._project_query(query)
+        keys, values = self._project_key_value(value, key)
+        layout = self._layout
+        if layout is None:
+            mask = merge_attention_masks(query, key, **masks)
+            bias = as_attention_bias(
                 attention_bias,
-                return_attention_scores,
-                training,
-                causal_only,
+                "attention_bias",
+                self._scores_shape(query.shape, key.shape),
             )
-        mask = merge_attention_masks(query, key, **masks)
-        bias = self._sequence_bias(attention_bias, query, key)
-        keys, values = self.compute_key_value(value, key)
-        # (batch, query_length, num_heads, key_dim)
-        queries = self._queries(query)
-        attended, scores = self._call_compute_attention(
-            queries,
-            keys,
-            values,
+            sequence = (queries, keys, values)
+        else:
+            # (batch', length, heads, dim): the attended axes flattened into
+            # one sequence in row-major order, the other axes in the batch;
+            # the causal mask and the sliding window run along it.
+            sequence = [layout.to_sequence(x) for x in (queries, keys, values)]
+            mask, bias = masks_to_sequence(
+                layout, masks, attention_bias, (queries, keys), sequence[:2]
+            )
+        sequence_keys, sequence_values, arguments = self._attention_arguments(
+            sequence[1],
+            sequence[2],
             mask,
             bias,
             training,
             return_attention_scores,
             causal_only,
         )
+        attended, scores = self._compute_attention(
+            sequence[0], sequence_keys, sequence_values, **arguments
+        )
+        if layout is not None:
+            # (batch, ..., num_heads, value_dim)
+            attended = layout.from_sequence(attended, queries)
+            if scores is not None:
+                scores = layout.scores_from_sequence(scores, queries, keys)
         return self._project_output(query, attended, scores, return_attention_scores)
+
+    # --- Cached decoding: keys and values, then attention --------------------
+
+    def compute_key_value(self, value, key=None, start_index=0):
+        """Projects keys and values into heads (the cacheable half of a call).
+
+        Keys are normalized (`qk_norm`) and rotated (rotary positions) here,
+        so a cache stores them ready to attend.
+
+        Args:
+            value: tensor `(batch, key_length, value_features)`.
+            key: optional tensor `(batch, key_length, key_features)`.
+                Defaults to `value`.
+            start_index: int or scalar int tensor, the position of the first
+                key (the cache index), for rotary positions. Defaults to `0`.
+
+        Returns:
+            `(keys, values)` of shapes `(batch, key_length,
+            num_key_value_heads, key_dim)` and `(batch, key_length,
+            num_key_value_heads, value_dim)`.
+        """
+        key = value if key is None else key
+        check_key_value_shapes(value.shape, key.shape)
+        return self._project_key_value(value, key, start_index)
+
+    def call_with_key_value(
+        self,
+        query,
+        keys,
+        values,
+        attention_mask=None,
+        attention_bias=None,
+        return_attention_scores=False,
+        training=None,
+        start_index=0,
+        masked_keys_are_finite=False,
+    ):
+        """Attends from `query` to keys and values already projected.
+
+        This is the decoding path: `keys`/`values` come from
+        `compute_key_value`, once per sentence for cross-attention and
+        growing by one position per step for self-attention. The mask is
+        used as given: `sliding_window` is not applied here (the caller
+        knows the positions).
+
+        Args:
+            query: tensor `(batch, query_length, query_dim)`.
+            keys: tensor `(batch, key_length, num_key_value_heads,
+                key_dim)`.
+            values: tensor `(batch, key_length, num_key_value_heads,
+                value_dim)`.
+            attention_mask: optional boolean
+                `(batch, query_length, key_length)` or
+                `(batch, num_heads, query_length, key_length)`.
+            attention_bias: optional float tensor broadcastable to
+                `(batch, num_heads, query_length, key_length)`. Defaults to
+                `None`.
+            return_attention_scores: bool. Defaults to `False`.
+            training: bool, whether dropout is active. Defaults to `None`.
+            start_index: int or scalar int tensor, the position of the first
+                query (the cache index), for rotary positions. Defaults to
+                `0`.
+            masked_keys_are_finite: bool, whether the keys and values at
+                the positions `attention_mask` hides from every query are
+                known finite, as the unwritten slots of a cache allocated
+                with zeros: then they are not zeroed first (two passes
+                over `keys` and `values` saved per call). Defaults to
+                `False`.
+
+        Returns:
+            As `call`.
+        """
+        if self._layout is not None:
+            raise ValueError(
+                "`call_with_key_value` attends along one sequence axis; layer "
+                f"{self.name} was built for inputs of rank {self._layout.rank}. "
+                "Call the layer instead."
+            )
+        mask = as_bool_mask(attention_mask, "attention_mask")
+        bias = as_attention_bias(
+            attention_bias,
+            "attention_bias",
+            self._scores_shape(query.shape, keys.shape),
+        )
+        # (batch, query_length, num_heads, key_dim)
+        queries = self._project_query(query, start_index)
+        keys, values, arguments = self._attention_arguments(
+            keys,
+            values,
+            mask,
+            bias,
+            training,
+            return_attention_scores,
+            masked_keys_are_finite=masked_keys_are_finite,
+        )
+        attended, scores = self._compute_attention(queries, keys, values, **arguments)
+        return self._project_output(query, attended, scores, return_attention_scores)
+
+    # --- Shapes --------------------------------------------------------------
+
+    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        check_key_value_shapes(value_shape, key_shape)
+        return (*tuple(query_shape)[:-1], *(self._output_shape or (query_shape[-1],)))
+
+    def compute_output_spec(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+        attention_bias=None,
+    ):
+        key_shape = None if key is None else key.shape
+        output = keras.KerasTensor(
+            self.compute_output_shape(query.shape, value.shape, key_shape),
+            dtype=self.compute_dtype,
+        )
+        if not return_attention_scores:
+            return output
+        rank = len(query.shape)
+        if rank == 3:
+            scores_shape = self._scores_shape(query.shape, value.shape)
+        else:
+            axes = normalize_attention_axes(self._attention_axes, rank)
+            scores_shape = AxesLayout(rank, axes).scores_shape(
+                query.shape, value.shape, self._num_heads
+            )
+        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
+
+
+def _clone(initializer):
+    """A fresh copy of `initializer` (its config, so an unseeded one draws a
+    new seed)."""
+    return initializer.__class__.from_config(initializer.get_config())

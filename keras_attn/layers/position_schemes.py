@@ -10,8 +10,7 @@ queries and keys. A model does not compare names: it asks its scheme.
 |---|---|
 | add vectors to the embeddings? | `adds_to_embeddings`, and `position_layer()` builds the layer that gives them |
 | bias the attention scores? | `biases_attention_scores`, and `attention_bias(query_length, key_length, query_offset=0)`: a float bias broadcastable to `(batch, heads, query, key)` (`None` without one); `attention_bias_layer()` computes it in a model |
-| rotate queries and keys? | `rotates_queries_and_keys` (`None`: no rotation) |
-| what do the blocks need? | `block_arguments()`: keyword arguments of every block (the rotation's, for a rotary scheme) |
+| rotate queries and keys? what do the blocks need? | `block_arguments()`: the rotation (`rotary_*` fields of `keras_attn.layers.AttentionSettings`) for a rotary scheme, `{}` for the others |
 | how long may a sequence be? | `max_length` (`None`: no limit) |
 | what at a cache index `i`? | the embedding at `start_index=i`, and the bias of the new positions against the cache, `attention_bias(new_length, cache_length, query_offset=i)` |
 
@@ -25,7 +24,7 @@ queries and keys; models and `keras_attn.layers.TokenAndPositionEmbedding`
 choose one by its name with `get`. A new scheme is one class here,
 registered with `@register`. The models pass a scheme's bias to every
 block (`attention_bias=` of an encoder block, `self_attention_bias=` of a
-decoder block), build every block with the scheme's `block_arguments()`,
+decoder block), give every block the scheme's `block_arguments()` (in its attention settings),
 and pass nothing at all for the schemes that add to the embeddings, at no
 cost. The bias layers a model holds, `PositionBias` and `RelativeBias`,
 are in `keras_attn.layers.position_bias_layers`.
@@ -127,15 +126,11 @@ class PositionScheme:
             whose output is added to the token embeddings.
         biases_attention_scores: bool, whether `attention_bias` gives a
             bias (then a model builds `attention_bias_layer`s).
-        rotates_queries_and_keys: `None`, or `True` for a scheme whose
-            blocks rotate the queries and keys of their self-attention
-            (how: `block_arguments()`).
     """
 
     name: typing.ClassVar[str] = None
     adds_to_embeddings: typing.ClassVar[bool] = False
     biases_attention_scores: typing.ClassVar[bool] = False
-    rotates_queries_and_keys: typing.ClassVar[object] = None
 
     @classmethod
     def for_model(cls, sequence_length=None, num_heads=None):
@@ -165,14 +160,15 @@ class PositionScheme:
         return embedding_dim
 
     def block_arguments(self):
-        """Keyword arguments for every block of a model with this scheme.
+        """The attention settings every block of a model with this scheme needs.
 
-        A model passes them to the constructor of each
-        `TransformerEncoderBlock` and `TransformerDecoderBlock` it builds.
+        A model adds them to its `keras_attn.layers.AttentionSettings`
+        (`ZooModel._use_position_scheme`), which every block gets.
 
         Returns:
-            A dict, `{}` for a scheme that acts outside the blocks'
-            constructors (embeddings, score biases).
+            A dict of `AttentionSettings` fields (a rotary scheme's
+            rotation), `{}` for a scheme that acts outside the blocks'
+            attention (embeddings, score biases).
         """
         return {}
 
@@ -506,8 +502,8 @@ class RotaryPositions(PositionScheme):
     Example:
 
     >>> scheme = keras_attn.layers.position_schemes.get("rotary", num_heads=4)
-    >>> scheme.adds_to_embeddings, scheme.rotates_queries_and_keys, scheme.max_length
-    (False, True, None)
+    >>> scheme.adds_to_embeddings, scheme.max_length
+    (False, None)
     >>> scheme.block_arguments()
     {'rotary_max_wavelength': 10000.0}
     >>> scheme.check_embedding_dim(64, "hidden_dim")  # 16 features a head
@@ -519,7 +515,6 @@ class RotaryPositions(PositionScheme):
     """
 
     name: typing.ClassVar[str] = "rotary"
-    rotates_queries_and_keys: typing.ClassVar[object] = True
 
     num_heads: int = None
     max_wavelength: float = 10000.0

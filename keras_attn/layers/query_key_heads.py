@@ -56,9 +56,10 @@ def head_norm(epsilon, dtype, name):
 def check_rotary_arguments(max_wavelength, scaling_factor, rotary_dim, key_dim=None):
     """The rotary arguments of attention, checked: the one check they go through.
 
-    `MultiHeadAttention` (through `HeadRotation.from_arguments`) and the
-    Transformer blocks' constructors call it, so an argument is refused
-    by the same rule, under the same name, at every level.
+    `MultiHeadAttention` (through `HeadRotation.from_arguments`) and
+    `AttentionSettings` (which the blocks and models build) call it, so an
+    argument is refused by the same rule, under the same name, at every
+    level.
 
     Args:
         max_wavelength: `None` (no rotation) or a float in `[1, 2**60]`

@@ -1,7 +1,8 @@
 """Scaled dot-product attention, section 3.2.1 of the paper."""
 
-from keras_attn.layers.attention_arguments import resolve_flash_attention
-from keras_attn.layers.attention_core import compute_attention
+from keras_attn.layers.attention_arguments import check_flash_attention
+from keras_attn.layers.attention_core import as_attention_bias, compute_attention
+from keras_attn.layers.masking import as_bool_mask
 
 
 def scaled_dot_product_attention(
@@ -13,7 +14,6 @@ def scaled_dot_product_attention(
     training=False,
     seed_generator=None,
     return_attention_scores=False,
-    use_fused_attention=None,
     bias=None,
     flash_attention=None,
 ):
@@ -26,10 +26,10 @@ def scaled_dot_product_attention(
     NaN), in every dtype. The softmax runs in float32 even under a
     mixed-precision policy.
 
-    A thin wrapper over `keras_attn.layers.attention_core.compute_attention`:
-    when neither attention scores nor attention dropout are needed (and
-    values have the keys' head size), the work is handed to
-    `keras.ops.dot_product_attention`, the backend's fused kernel, with the
+    The mask and bias are checked here, then
+    `keras_attn.layers.attention_core.compute_attention` computes it: when
+    neither attention scores nor attention dropout are needed (and values
+    have the keys' head size), with `keras.ops.dot_product_attention`, the backend's fused kernel, with the
     kernel chosen before the call (`keras_attn.layers.fused_attention`):
     cuDNN's flash attention on a GPU where it accepts the call, XLA's
     dot-product attention elsewhere, and never a failed try. Otherwise the
@@ -51,9 +51,6 @@ def scaled_dot_product_attention(
             Defaults to `None`.
         return_attention_scores: bool, whether to also return the attention
             weights. Defaults to `False`.
-        use_fused_attention: deprecated alias of `flash_attention`
-            (`True` is `flash_attention=None`, `False` is `False`).
-            Defaults to `None`.
         bias: optional float tensor (any float dtype) broadcastable to
             `(batch, num_heads, query_length, key_length)`, added to the
             scaled scores. Defaults to `None`.
@@ -77,15 +74,13 @@ def scaled_dot_product_attention(
     References:
         Vaswani et al., "Attention Is All You Need", 2017, section 3.2.1.
     """
-    flash_attention = resolve_flash_attention(
-        flash_attention, use_fused_attention, dropout_rate
-    )
+    flash_attention = check_flash_attention(flash_attention, dropout_rate)
     attended, weights = compute_attention(
         query,
         key,
         value,
-        mask=mask,
-        bias=bias,
+        mask=as_bool_mask(mask, "mask"),
+        bias=as_attention_bias(bias, "bias"),
         dropout_rate=dropout_rate,
         training=training,
         seed_generator=seed_generator,

@@ -3,6 +3,7 @@
 import keras
 
 from keras_attn.layers import attention_arguments
+from keras_attn.layers.attention_settings import AttentionSettings
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.feed_forward import (
     FeedForward,
@@ -10,8 +11,8 @@ from keras_attn.layers.feed_forward import (
     serialize_activation,
 )
 from keras_attn.layers.layer_norm import LayerNorm
+from keras_attn.layers.legacy_config import migrate_block_config
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
-from keras_attn.layers.query_key_heads import check_rotary_arguments
 from keras_attn.layers.rms_normalization import RMSNormalization
 from keras_attn.validation import (
     check_bool,
@@ -35,44 +36,7 @@ def check_sequence_shape(shape, argument_name):
     return shape[-1]
 
 
-def resolve_flash_attention(flash_attention, use_fused_attention, attention_dropout):
-    """`flash_attention` (`None`, `True`, `False`), given itself or its alias.
-
-    `MultiHeadAttention`'s resolution with the blocks' (and models')
-    argument names: `use_fused_attention` is deprecated (a
-    `FutureWarning`), `True` meaning `flash_attention=None` (the fused
-    kernel when possible) and `False` meaning `False`; both must be
-    booleans (or `None`), and `flash_attention=True` needs
-    `attention_dropout=0.0`.
-    """
-    flash_attention = check_bool(flash_attention, "flash_attention", allow_none=True)
-    use_fused_attention = check_bool(
-        use_fused_attention, "use_fused_attention", allow_none=True
-    )
-    if flash_attention and attention_dropout > 0.0:
-        raise ValueError(
-            "`flash_attention=True` needs `attention_dropout=0.0`: the fused "
-            "kernel has no dropout (`attention_dropout` defaults to "
-            "`dropout`). Received: flash_attention=True, "
-            f"attention_dropout={attention_dropout}"
-        )
-    return attention_arguments.resolve_flash_attention(
-        flash_attention, use_fused_attention, attention_dropout
-    )
-
-
-def check_num_key_value_heads(num_key_value_heads, num_heads):
-    """`None`, or a positive int dividing `num_heads` (grouped-query)."""
-    num_key_value_heads = check_positive_int(
-        num_key_value_heads, "num_key_value_heads", allow_none=True
-    )
-    if num_key_value_heads is not None:
-        check_divisible(
-            num_heads, num_key_value_heads, "num_heads", "num_key_value_heads"
-        )
-    return num_key_value_heads
-
-
+# The blocks' attention arguments before `attention=` (configs saved then).
 class TransformerBlockBase(keras.layers.Layer):
     """Base of `TransformerEncoderBlock` and `TransformerDecoderBlock`.
 
@@ -80,6 +44,10 @@ class TransformerBlockBase(keras.layers.Layer):
     their sub-layers: attention with `d_k = d_v = hidden_dim / num_heads`
     (section 3.2.2), layer (or RMS) normalisation, residual dropout
     (section 5.4).
+
+    The attention settings (`attention`, an `AttentionSettings`) are
+    checked when made and stored as `self.attention`; every attention
+    sub-layer is built from them (the cross-attention without rotation).
 
     The sub-layers are stored (and saved) under the public names
     `self_attention`, `self_attention_norm`, `self_attention_dropout`,
@@ -94,21 +62,14 @@ class TransformerBlockBase(keras.layers.Layer):
         num_heads,
         intermediate_dim,
         dropout=0.0,
-        attention_dropout=None,
         activation="relu",
         layer_norm_epsilon=1e-6,
         normalize_first=False,
-        flash_attention=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
-        use_fused_attention=None,
         normalization="layer",
         use_bias=True,
-        num_key_value_heads=None,
-        qk_norm=False,
-        rotary_max_wavelength=None,
-        rotary_scaling_factor=1.0,
-        rotary_dim=None,
+        attention=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -116,50 +77,40 @@ class TransformerBlockBase(keras.layers.Layer):
         self.num_heads = attention_arguments.check_head_dim(num_heads, "num_heads")
         self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
         self.dropout = check_rate(dropout, "dropout")
-        # keras-hub's blocks use `dropout` on the attention weights too.
-        self.attention_dropout = check_rate(
-            self.dropout if attention_dropout is None else attention_dropout,
-            "attention_dropout",
-        )
         # A callable, or the name of a gated activation ("swiglu", ...).
         self.activation = get_activation(activation)
         self.layer_norm_epsilon = check_epsilon(
             layer_norm_epsilon, "layer_norm_epsilon"
         )
         self.normalize_first = check_bool(normalize_first, "normalize_first")
-        self.flash_attention = resolve_flash_attention(
-            flash_attention, use_fused_attention, self.attention_dropout
-        )
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.normalization = check_choice(
             normalization, "normalization", NORMALIZATIONS
         )
         self.use_bias = check_bool(use_bias, "use_bias")
-        self._num_key_value_heads = check_num_key_value_heads(
-            num_key_value_heads, self.num_heads
+        # keras-hub's blocks use `dropout` on the attention weights too.
+        self.attention = AttentionSettings.get(
+            attention, default=AttentionSettings(dropout=self.dropout)
         )
-        self.qk_norm = check_bool(qk_norm, "qk_norm")
-        # The self-attention's check, here before the head size is known
-        # (`rotary_dim=2.0` is a TypeError, as any size of the blocks).
-        (
-            self.rotary_max_wavelength,
-            self.rotary_scaling_factor,
-            self.rotary_dim,
-        ) = check_rotary_arguments(
-            rotary_max_wavelength,
-            rotary_scaling_factor,
-            check_positive_int(rotary_dim, "rotary_dim", allow_none=True),
-        )
+        self._num_key_value_heads = self.attention.key_value_heads(self.num_heads)
         self._head_dim = None  # Known once built: hidden_dim // num_heads.
         self.supports_masking = True
 
     @property
     def num_key_value_heads(self):
         """The key/value heads of the attention (`num_heads` unless set)."""
-        if self._num_key_value_heads is None:
-            return self.num_heads
         return self._num_key_value_heads
+
+    @property
+    def attention_dropout(self):
+        """The dropout rate of the attention weights (`attention.dropout`)."""
+        return self.attention.dropout
+
+    @property
+    def flash_attention(self):
+        """`attention.flash_attention`: `None`, `True` or `False`."""
+        return self.attention.flash_attention
 
     @property
     def head_dim(self):
@@ -169,11 +120,6 @@ class TransformerBlockBase(keras.layers.Layer):
         max_length, block.num_key_value_heads, block.head_dim)`.
         """
         return self._head_dim
-
-    @property
-    def use_fused_attention(self):
-        """Deprecated: whether the fused kernel may run (`flash_attention`)."""
-        return self.flash_attention is not False
 
     # keras-hub's names for the sub-layers (read-only; the public names are
     # the stored ones, so the weights' paths do not change).
@@ -214,27 +160,16 @@ class TransformerBlockBase(keras.layers.Layer):
     def _attention(self, hidden_dim, name, rotary=False):
         """An attention sub-layer; `rotary` for self-attention (RoPE)."""
         check_divisible(hidden_dim, self.num_heads, "hidden_dim", "num_heads")
+        settings = self.attention if rotary else self.attention.without_rotation()
         return MultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=hidden_dim // self.num_heads,
-            dropout=self.attention_dropout,
             use_bias=self.use_bias,
-            flash_attention=self.flash_attention,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
-            num_key_value_heads=self._num_key_value_heads,
-            qk_norm=self.qk_norm,
             dtype=self.dtype_policy,
             name=name,
-            **(self._rotary_arguments() if rotary else {}),
-        )
-
-    def _rotary_arguments(self):
-        """The self-attention's RoPE arguments (cross-attention has none)."""
-        return dict(
-            rotary_max_wavelength=self.rotary_max_wavelength,
-            rotary_scaling_factor=self.rotary_scaling_factor,
-            rotary_dim=self.rotary_dim,
+            **settings.layer_arguments(),
         )
 
     def _feed_forward(self):
@@ -373,32 +308,26 @@ class TransformerBlockBase(keras.layers.Layer):
                 "num_heads": self.num_heads,
                 "intermediate_dim": self.intermediate_dim,
                 "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
                 "activation": serialize_activation(self.activation),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "normalize_first": self.normalize_first,
-                "flash_attention": self.flash_attention,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             }
         )
-        # The variants' arguments are written only when set (as
-        # `MultiHeadAttention` does): a default block's config stays the one
-        # files saved before them hold, and older code reads it.
+        # The variants are written only when set (as `MultiHeadAttention`
+        # does): a default block's config reads as the one files saved
+        # before them hold.
         variants = {
             "normalization": (self.normalization, "layer"),
             "use_bias": (self.use_bias, True),
-            "num_key_value_heads": (self._num_key_value_heads, None),
-            "qk_norm": (self.qk_norm, False),
-            "rotary_max_wavelength": (self.rotary_max_wavelength, None),
-            "rotary_scaling_factor": (self.rotary_scaling_factor, 1.0),
-            "rotary_dim": (self.rotary_dim, None),
+            "attention": (self.attention, AttentionSettings(dropout=self.dropout)),
         }
         config.update(
             {
-                name: value
+                name: value.get_config() if name == "attention" else value
                 for name, (value, default) in variants.items()
                 if value != default
             }
@@ -407,16 +336,7 @@ class TransformerBlockBase(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if "use_fused_attention" in config:
-            # A config written before `flash_attention` (keras-attn 5c2228a
-            # and earlier): read without a warning, the file is not the
-            # user's code to change.
-            use_fused_attention = config.pop("use_fused_attention")
-            if "flash_attention" not in config:
-                config["flash_attention"] = (
-                    None
-                    if check_bool(use_fused_attention, "use_fused_attention")
-                    else False
-                )
+        # Configs saved before `attention=` (or `flash_attention`) load as
+        # they are, without a warning: the file is not the user's code.
+        config = migrate_block_config(config)
         return super().from_config(config)

@@ -49,9 +49,6 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         dropout: float in `[0, 1)`, residual dropout, applied by
             `keras_attn.layers.FastDropout` at a resolution of 1/2048 (0.1
             runs at 0.10010). Defaults to `0.0`.
-        attention_dropout: float in `[0, 1)`, dropout on attention weights.
-            Defaults to `None`, meaning `dropout` (as keras-hub's blocks,
-            which use `dropout` for both).
         activation: feed-forward activation: a Keras activation (name or
             callable) or a gated one, `"geglu"`, `"swiglu"` or `"reglu"`
             (see `keras_attn.layers.FeedForward`). Defaults to `"relu"`.
@@ -60,18 +57,10 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
             equal values would normalize to NaN). Defaults to `1e-6`.
         normalize_first: bool, pre-norm instead of the paper's post-norm.
             Defaults to `False`.
-        flash_attention: `None`, `True` or `False`, as on
-            `keras_attn.layers.MultiHeadAttention`: `None` uses the fused
-            kernel when possible, `True` requires it (with
-            `attention_dropout=0.0`), `False` never uses it. Defaults to
-            `None`.
         kernel_initializer: initializer of the attention and feed-forward
             kernels. Defaults to `"glorot_uniform"`.
         bias_initializer: initializer of the attention and feed-forward
             biases. Defaults to `"zeros"`.
-        use_fused_attention: deprecated alias of `flash_attention` (`True`
-            is `flash_attention=None`, `False` is `False`). Defaults to
-            `None`.
         normalization: `"layer"` (`keras_attn.layers.LayerNorm`) or
             `"rms"` (`keras_attn.layers.RMSNormalization`, no centering or
             offset), the sub-layer norms, both with epsilon
@@ -80,28 +69,13 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
             projections and of the feed-forward network, and the offsets
             (`beta`) of the layer norms (`center=False`), as in LLaMA or
             PaLM. Defaults to `True`.
-        num_key_value_heads: int dividing `num_heads`, the key and value
-            heads of the self- and cross-attention (grouped-query
-            attention; `1` is multi-query attention); caches hold this many
-            heads (`block.num_key_value_heads`). Defaults to `None`,
-            meaning `num_heads`.
-        qk_norm: bool, RMS-normalize the projected queries and keys of the
-            self- and cross-attention, over each head's features, before
-            any rotation (`MultiHeadAttention`'s `qk_norm`). Defaults to
-            `False`.
-        rotary_max_wavelength: float, rotary position embeddings (RoPE) of
-            this maximum wavelength (`10000.0` in RoFormer; in
-            `[1, 2**60]`) on the self-attention's queries and keys, never
-            the cross-attention's; positions count from 0, and from the
-            cache index in `call_cached`. Defaults to `None`, meaning no
-            rotation.
-        rotary_scaling_factor: float in `[2**-32, 2**32]`, RoPE's linear
-            position interpolation: positions are divided by it. Only with
-            `rotary_max_wavelength`. Defaults to `1.0`.
-        rotary_dim: even int `<= head_dim`, how many of each head's
-            features RoPE rotates (partial rotary, as GPT-NeoX). Only with
-            `rotary_max_wavelength`. Defaults to `None`, meaning all of
-            them.
+        attention: the settings of the self- and cross-attention: a
+            `keras_attn.layers.AttentionSettings` (attention dropout, the
+            fused kernel, grouped key/value heads, QK-norm, rotary
+            positions, which the cross-attention leaves out), or its config
+            (a dict); caches hold `block.num_key_value_heads` heads.
+            Defaults to `None`, meaning `AttentionSettings(dropout=dropout)`:
+            keras-hub's blocks use `dropout` on the attention weights too.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -372,8 +346,9 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         Example:
 
         >>> block = keras_attn.layers.TransformerDecoderBlock(
-        ...     num_heads=4, intermediate_dim=32, num_key_value_heads=2,
-        ...     rotary_max_wavelength=10000.0)
+        ...     num_heads=4, intermediate_dim=32,
+        ...     attention=keras_attn.layers.AttentionSettings(
+        ...         num_key_value_heads=2, rotary_max_wavelength=10000.0))
         >>> _ = block(keras.random.normal((1, 4, 16)))  # builds, decoder-only
         >>> # (batch, max_length, kv_heads, head_dim)
         >>> slots = keras.ops.zeros((1, 4, block.num_key_value_heads, block.head_dim))
@@ -405,7 +380,7 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
             ((), cross_mask),
             self_attention_bias,
             training=False,
-            unwritten_slots_are_finite=True,
+            masked_keys_are_finite=True,
         )
 
     @staticmethod
@@ -451,7 +426,7 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         masks,
         self_attention_bias,
         training,
-        unwritten_slots_are_finite=False,
+        masked_keys_are_finite=False,
         cache_index_name="cache_index",
     ):
         """The block on new positions over a cache (`call_cached`'s work,
@@ -463,7 +438,7 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         alone), and the merged cross-attention mask. `cache_index` goes
         through `resolve_cache_index` (named `cache_index_name` in its
         errors) before anything reads it; `None` reads the self-attention
-        cache without writing it. With `unwritten_slots_are_finite` the
+        cache without writing it. With `masked_keys_are_finite` the
         self-attention reads the slots its mask hides as they are, without
         zeroing them first. Returns `(outputs, (keys, values))`, the second
         the updated cache.
@@ -502,7 +477,7 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
             self_attention_bias,
             training,
             start_index=start_index,
-            masked_keys_are_finite=unwritten_slots_are_finite,
+            masked_keys_are_finite=masked_keys_are_finite,
         )
         x, _ = self._cross_attention_sublayer(
             x, cross_keys_values, cross_mask, training

@@ -21,9 +21,6 @@ class TransformerEncoderBlock(TransformerBlockBase):
             output before the residual addition (section 5.4), applied by
             `keras_attn.layers.FastDropout` at a resolution of 1/2048 (0.1
             runs at 0.10010). Defaults to `0.0`.
-        attention_dropout: float in `[0, 1)`, dropout on attention weights.
-            Defaults to `None`, meaning `dropout` (as keras-hub's blocks,
-            which use `dropout` for both).
         activation: feed-forward activation: a Keras activation (name or
             callable) or a gated one, `"geglu"`, `"swiglu"` or `"reglu"`
             (see `keras_attn.layers.FeedForward`). Defaults to `"relu"`.
@@ -32,18 +29,10 @@ class TransformerEncoderBlock(TransformerBlockBase):
             equal values would normalize to NaN). Defaults to `1e-6`.
         normalize_first: bool, pre-norm (`True`) instead of the paper's
             post-norm. Defaults to `False`.
-        flash_attention: `None`, `True` or `False`, as on
-            `keras_attn.layers.MultiHeadAttention`: `None` uses the fused
-            `keras.ops.dot_product_attention` kernel when possible, `True`
-            requires it (with `attention_dropout=0.0`), `False` never uses
-            it. Defaults to `None`.
         kernel_initializer: initializer of the attention and feed-forward
             kernels. Defaults to `"glorot_uniform"`.
         bias_initializer: initializer of the attention and feed-forward
             biases. Defaults to `"zeros"`.
-        use_fused_attention: deprecated alias of `flash_attention` (`True`
-            is `flash_attention=None`, `False` is `False`). Defaults to
-            `None`.
         normalization: `"layer"` (`keras_attn.layers.LayerNorm`) or
             `"rms"` (`keras_attn.layers.RMSNormalization`, no centering or
             offset), the sub-layer norms, both with epsilon
@@ -52,24 +41,12 @@ class TransformerEncoderBlock(TransformerBlockBase):
             projections and of the feed-forward network, and the offsets
             (`beta`) of the layer norms (`center=False`), as in LLaMA or
             PaLM. Defaults to `True`.
-        num_key_value_heads: int dividing `num_heads`, the key and value
-            heads of the self-attention (grouped-query attention; `1` is
-            multi-query attention). Defaults to `None`, meaning
-            `num_heads`.
-        qk_norm: bool, RMS-normalize the projected queries and keys of the
-            self-attention, over each head's features, before any rotation
-            (`MultiHeadAttention`'s `qk_norm`). Defaults to `False`.
-        rotary_max_wavelength: float, rotary position embeddings (RoPE) of
-            this maximum wavelength (`10000.0` in RoFormer; in
-            `[1, 2**60]`) on the self-attention's queries and keys, at
-            positions `0, 1, ...`. Defaults to `None`, meaning no rotation.
-        rotary_scaling_factor: float in `[2**-32, 2**32]`, RoPE's linear
-            position interpolation: positions are divided by it. Only with
-            `rotary_max_wavelength`. Defaults to `1.0`.
-        rotary_dim: even int `<= head_dim`, how many of each head's
-            features RoPE rotates (partial rotary, as GPT-NeoX). Only with
-            `rotary_max_wavelength`. Defaults to `None`, meaning all of
-            them.
+        attention: the settings of the self-attention: a
+            `keras_attn.layers.AttentionSettings` (attention dropout, the
+            fused kernel, grouped key/value heads, QK-norm, rotary
+            positions), or its config (a dict). Defaults to `None`, meaning
+            `AttentionSettings(dropout=dropout)`: keras-hub's blocks use
+            `dropout` on the attention weights too.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:

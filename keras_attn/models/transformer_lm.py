@@ -4,21 +4,16 @@ import keras
 
 from keras_attn.layers import position_schemes
 from keras_attn.layers.cache_index import resolve_cache_index
-from keras_attn.layers.transformer_block_base import resolve_flash_attention
 from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.models.presets import LM_PRESETS
 from keras_attn.models.zoo_model import (
     ZooModel,
-    check_activation,
     position_bias_argument,
 )
 from keras_attn.validation import (
     check_bool,
     check_choice,
-    check_divisible,
-    check_epsilon,
     check_positive_int,
-    check_rate,
     check_token_id,
 )
 
@@ -71,8 +66,6 @@ class TransformerLM(ZooModel):
             `None`.
         dtype: dtype or `keras.DTypePolicy`. Defaults to `None`, meaning
             the global policy.
-        use_fused_attention: deprecated alias of `flash_attention`
-            (`True` is `None`, `False` is `False`). Defaults to `None`.
         normalization: `"layer"` (layer normalization) or `"rms"`
             (RMSNorm, Zhang and Sennrich, 2019), for every norm of the
             model: the blocks' and the model's own. Defaults to `"layer"`.
@@ -130,7 +123,6 @@ class TransformerLM(ZooModel):
         layer_norm_epsilon=1e-5,
         flash_attention=None,
         dtype=None,
-        use_fused_attention=None,
         normalization="layer",
         use_bias=True,
         num_key_value_heads=None,
@@ -140,16 +132,21 @@ class TransformerLM(ZooModel):
         # === Config (checked before any layer is built) ===
         self._check_keyword_arguments(dtype, kwargs)
         self.vocabulary_size = check_positive_int(vocabulary_size, "vocabulary_size")
-        self.num_layers = check_positive_int(num_layers, "num_layers")
-        self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
-        self.num_heads = check_positive_int(num_heads, "num_heads")
-        check_divisible(self.hidden_dim, self.num_heads, "hidden_dim", "num_heads")
-        self._check_block_variants(
-            num_key_value_heads, qk_norm, use_bias, normalization
+        self._check_transformer_arguments(
+            num_layers=num_layers,
+            hidden_dim=hidden_dim,
+            num_heads=num_heads,
+            intermediate_dim=intermediate_dim,
+            dropout=dropout,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
+            normalization=normalization,
+            use_bias=use_bias,
+            attention_dropout=attention_dropout,
+            flash_attention=flash_attention,
+            num_key_value_heads=num_key_value_heads,
+            qk_norm=qk_norm,
         )
-        self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
-        self.dropout = check_rate(dropout, "dropout")
-        self.attention_dropout = check_rate(attention_dropout, "attention_dropout")
         self.max_sequence_length = check_positive_int(
             max_sequence_length, "max_sequence_length"
         )
@@ -157,19 +154,13 @@ class TransformerLM(ZooModel):
         self.normalize_first = check_bool(normalize_first, "normalize_first")
         self.tie_embeddings = check_bool(tie_embeddings, "tie_embeddings")
         self.pad_id = check_token_id(pad_id, "pad_id", self.vocabulary_size)
-        self.activation = check_activation(activation, "activation")
-        self.layer_norm_epsilon = check_epsilon(
-            layer_norm_epsilon, "layer_norm_epsilon"
+        self._use_position_scheme(
+            position_schemes.get(
+                self.position,
+                sequence_length=self.max_sequence_length,
+                num_heads=self.num_heads,
+            )
         )
-        self.flash_attention = resolve_flash_attention(
-            flash_attention, use_fused_attention, self.attention_dropout
-        )
-        self.position_scheme = position_schemes.get(
-            self.position,
-            sequence_length=self.max_sequence_length,
-            num_heads=self.num_heads,
-        )
-        self.position_scheme.check_embedding_dim(self.hidden_dim, "hidden_dim")
 
         # === Layers ===
         padding_mask_layer = self._padding_mask_layer()
@@ -216,21 +207,12 @@ class TransformerLM(ZooModel):
         config.update(
             {
                 "vocabulary_size": self.vocabulary_size,
-                "num_layers": self.num_layers,
-                "hidden_dim": self.hidden_dim,
-                "num_heads": self.num_heads,
-                "intermediate_dim": self.intermediate_dim,
-                "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
                 "max_sequence_length": self.max_sequence_length,
                 "position": self.position,
                 "normalize_first": self.normalize_first,
                 "tie_embeddings": self.tie_embeddings,
                 "pad_id": self.pad_id,
-                "activation": self.activation,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "flash_attention": self.flash_attention,
-                **self._block_variants_config(),
+                **self._transformer_config(),
             }
         )
         return config

@@ -5,19 +5,14 @@ import keras
 from keras_attn.layers.class_token import ClassToken
 from keras_attn.layers.position_schemes import LearnedPositions
 from keras_attn.layers.sequence_pooling import SequencePooling
-from keras_attn.layers.transformer_block_base import resolve_flash_attention
 from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.models.presets import VIT_PRESETS
 from keras_attn.models.zoo_model import (
     ZooModel,
-    check_activation,
     check_image_size,
 )
 from keras_attn.validation import (
-    check_divisible,
-    check_epsilon,
     check_positive_int,
-    check_rate,
 )
 
 # `ClassToken` lived here until it moved to `keras_attn.layers`.
@@ -61,8 +56,6 @@ class VisionTransformer(ZooModel):
             `None`.
         dtype: dtype or `keras.DTypePolicy`. Defaults to `None`, meaning
             the global policy.
-        use_fused_attention: deprecated alias of `flash_attention`
-            (`True` is `None`, `False` is `False`). Defaults to `None`.
         normalization: `"layer"` (layer normalization) or `"rms"`
             (RMSNorm, Zhang and Sennrich, 2019), for every norm of the
             model: the blocks' and the model's own. Defaults to `"layer"`.
@@ -115,7 +108,6 @@ class VisionTransformer(ZooModel):
         layer_norm_epsilon=1e-6,
         flash_attention=None,
         dtype=None,
-        use_fused_attention=None,
         normalization="layer",
         use_bias=True,
         num_key_value_heads=None,
@@ -134,28 +126,28 @@ class VisionTransformer(ZooModel):
                 f"image_size={image_size!r}, patch_size={patch_size}"
             )
         self.num_channels = check_positive_int(num_channels, "num_channels")
-        self.num_layers = check_positive_int(num_layers, "num_layers")
-        self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
-        self.num_heads = check_positive_int(num_heads, "num_heads")
-        check_divisible(self.hidden_dim, self.num_heads, "hidden_dim", "num_heads")
-        self._check_block_variants(
-            num_key_value_heads, qk_norm, use_bias, normalization
-        )
-        self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
-        self.dropout = check_rate(dropout, "dropout")
-        self.attention_dropout = check_rate(attention_dropout, "attention_dropout")
-        self.activation = check_activation(activation, "activation")
-        self.layer_norm_epsilon = check_epsilon(
-            layer_norm_epsilon, "layer_norm_epsilon"
-        )
-        self.flash_attention = resolve_flash_attention(
-            flash_attention, use_fused_attention, self.attention_dropout
+        self._check_transformer_arguments(
+            num_layers=num_layers,
+            hidden_dim=hidden_dim,
+            num_heads=num_heads,
+            intermediate_dim=intermediate_dim,
+            dropout=dropout,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
+            normalization=normalization,
+            use_bias=use_bias,
+            attention_dropout=attention_dropout,
+            flash_attention=flash_attention,
+            num_key_value_heads=num_key_value_heads,
+            qk_norm=qk_norm,
         )
         self.num_patches = (height // self.patch_size) * (width // self.patch_size)
         # One learned vector per patch and one for the class token.
-        self.position_scheme = LearnedPositions(
-            self.num_patches + 1,
-            initializer=keras.initializers.RandomNormal(stddev=0.02),
+        self._use_position_scheme(
+            LearnedPositions(
+                self.num_patches + 1,
+                initializer=keras.initializers.RandomNormal(stddev=0.02),
+            )
         )
 
         # === Layers ===
@@ -232,16 +224,7 @@ class VisionTransformer(ZooModel):
                 "image_size": list(self.image_size),
                 "patch_size": self.patch_size,
                 "num_channels": self.num_channels,
-                "num_layers": self.num_layers,
-                "hidden_dim": self.hidden_dim,
-                "num_heads": self.num_heads,
-                "intermediate_dim": self.intermediate_dim,
-                "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
-                "activation": self.activation,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "flash_attention": self.flash_attention,
-                **self._block_variants_config(),
+                **self._transformer_config(),
             }
         )
         return config

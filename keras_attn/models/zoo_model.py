@@ -5,10 +5,11 @@ What `Transformer`, `TransformerLM`, `TransformerEncoderClassifier` and
 `Backbone` does it:
 
 - the checks a model needs beyond `keras_attn.validation` (activations,
-  image sizes, unknown keyword arguments) and the attention variants every
-  model takes (`_check_block_variants`: key/value heads, query-key norms,
-  biases, the kind of normalization); each model checks and stores its own
-  arguments in its constructor and returns them from its own `get_config`;
+  image sizes, unknown keyword arguments) and the arguments of the blocks
+  every model takes (`_check_transformer_arguments`: sizes, rates, norms,
+  and the attention arguments, made into one `AttentionSettings` that every
+  block gets); each model checks and stores its own other arguments in its
+  constructor and returns them from its own `get_config`;
 - the dtype policy of the layers (a functional model's own `dtype_policy`
   is always the global one), serialized by `get_config` with any quantized
   layers (`ModelFeaturesMixin`) and restored by `from_config`;
@@ -21,8 +22,8 @@ What `Transformer`, `TransformerLM`, `TransformerEncoderClassifier` and
   order, are those of the saved presets;
 - the decoding cache of the models that decode (`_self_attention_cache`)
   and the position scheme's attention bias for the blocks
-  (`position_bias_argument`) and the blocks' arguments it needs
-  (`block_arguments()`, a rotary scheme's rotation).
+  (`position_bias_argument`) and the rotation it adds to the attention
+  settings (`_use_position_scheme`).
 """
 
 import difflib
@@ -31,16 +32,15 @@ import inspect
 import keras
 from keras import ops
 
+from keras_attn.layers.attention_settings import AttentionSettings
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.feed_forward import get_activation
+from keras_attn.layers.legacy_config import migrate_attention_config
 from keras_attn.layers.padding_mask import PaddingMask
 from keras_attn.layers.rms_normalization import RMSNormalization
 from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
-from keras_attn.layers.transformer_block_base import (
-    NORMALIZATIONS,
-    check_num_key_value_heads,
-)
+from keras_attn.layers.transformer_block_base import NORMALIZATIONS
 from keras_attn.layers.vocabulary_projection import VocabularyProjection
 from keras_attn.models.model_features import ModelFeaturesMixin
 from keras_attn.models.preset_io import PresetMixin
@@ -53,8 +53,11 @@ from keras_attn.models.token_inputs import (
 from keras_attn.validation import (
     check_bool,
     check_choice,
+    check_divisible,
+    check_epsilon,
     check_float_dtype,
     check_positive_int,
+    check_rate,
 )
 
 # The keyword arguments of `keras.Model` that a zoo model passes on.
@@ -184,30 +187,100 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
             f"{', '.join(hints)}. Valid arguments: {valid}"
         )
 
-    def _check_block_variants(
-        self, num_key_value_heads, qk_norm, use_bias, normalization
+    def _check_transformer_arguments(
+        self,
+        num_layers,
+        hidden_dim,
+        num_heads,
+        intermediate_dim,
+        dropout,
+        activation,
+        layer_norm_epsilon,
+        normalization,
+        use_bias,
+        attention_dropout,
+        flash_attention,
+        num_key_value_heads,
+        qk_norm,
     ):
-        """Checks and stores the attention variants of every model's blocks.
+        """Checks and stores the arguments of every model's blocks.
 
-        Called in a subclass's constructor after `self.num_heads` is set:
-        `num_key_value_heads` (`None`: `num_heads`) must divide it.
+        Called in a subclass's constructor, before its own arguments are
+        checked. The attention arguments are made into
+        `self.attention_settings` (an `AttentionSettings`, which checks
+        them), read back by the attributes of their names;
+        `_use_position_scheme` adds the scheme's rotation to it.
         """
-        self.num_key_value_heads = check_num_key_value_heads(
-            num_key_value_heads, self.num_heads
+        self.num_layers = check_positive_int(num_layers, "num_layers")
+        self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        check_divisible(self.hidden_dim, self.num_heads, "hidden_dim", "num_heads")
+        self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
+        self.dropout = check_rate(dropout, "dropout")
+        self.activation = check_activation(activation, "activation")
+        self.layer_norm_epsilon = check_epsilon(
+            layer_norm_epsilon, "layer_norm_epsilon"
         )
-        self.qk_norm = check_bool(qk_norm, "qk_norm")
-        self.use_bias = check_bool(use_bias, "use_bias")
         self.normalization = check_choice(
             normalization, "normalization", NORMALIZATIONS
         )
+        self.use_bias = check_bool(use_bias, "use_bias")
+        self.attention_settings = AttentionSettings(
+            dropout=attention_dropout,
+            flash_attention=flash_attention,
+            num_key_value_heads=num_key_value_heads,
+            qk_norm=qk_norm,
+        )
+        # `num_key_value_heads` must divide `num_heads`.
+        self.attention_settings.key_value_heads(self.num_heads)
 
-    def _block_variants_config(self):
-        """The `get_config` entries of `_check_block_variants`' arguments."""
+    def _use_position_scheme(self, position_scheme):
+        """Stores the position scheme; its rotation joins the attention settings.
+
+        `position_scheme.block_arguments()` is a rotary scheme's rotation
+        (`{}` for the others), which every block's self-attention applies.
+        """
+        position_scheme.check_embedding_dim(self.hidden_dim, "hidden_dim")
+        self.position_scheme = position_scheme
+        self.attention_settings = self.attention_settings.replace(
+            **position_scheme.block_arguments()
+        )
+
+    # The attention arguments, as the models' configs hold them.
+
+    @property
+    def attention_dropout(self):
+        return self.attention_settings.dropout
+
+    @property
+    def flash_attention(self):
+        return self.attention_settings.flash_attention
+
+    @property
+    def num_key_value_heads(self):
+        """`None` (as many as `num_heads`) or the key/value heads."""
+        return self.attention_settings.num_key_value_heads
+
+    @property
+    def qk_norm(self):
+        return self.attention_settings.qk_norm
+
+    def _transformer_config(self):
+        """The `get_config` entries of `_check_transformer_arguments`."""
         return {
+            "num_layers": self.num_layers,
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "activation": self.activation,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "flash_attention": self.flash_attention,
+            "normalization": self.normalization,
+            "use_bias": self.use_bias,
             "num_key_value_heads": self.num_key_value_heads,
             "qk_norm": self.qk_norm,
-            "use_bias": self.use_bias,
-            "normalization": self.normalization,
         }
 
     # === Sub-layers that every model builds the same way ===
@@ -215,11 +288,8 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
     def _transformer_blocks(
         self, block_class, count, prefix, dtype, normalize_first=None
     ):
-        """`count` blocks named `f"{prefix}_{i}"`, configured from `self`.
-
-        With the position scheme's `block_arguments()` (a rotary scheme's
-        rotation; `{}` for the others).
-        """
+        """`count` blocks named `f"{prefix}_{i}"`, configured from `self`,
+        every one with `self.attention_settings`."""
         if normalize_first is None:
             normalize_first = self.normalize_first
         return [
@@ -227,18 +297,14 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
                 num_heads=self.num_heads,
                 intermediate_dim=self.intermediate_dim,
                 dropout=self.dropout,
-                attention_dropout=self.attention_dropout,
                 activation=self.activation,
                 layer_norm_epsilon=self.layer_norm_epsilon,
                 normalize_first=normalize_first,
                 normalization=self.normalization,
                 use_bias=self.use_bias,
-                num_key_value_heads=self.num_key_value_heads,
-                qk_norm=self.qk_norm,
-                flash_attention=self.flash_attention,
+                attention=self.attention_settings,
                 dtype=dtype,
                 name=f"{prefix}_{i}",
-                **self.position_scheme.block_arguments(),
             )
             for i in range(count)
         ]
@@ -431,14 +497,8 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
         lora = config.pop("lora", None)
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        # Files saved before `flash_attention` hold `use_fused_attention`
-        # (never both; with an override, the new name wins).
-        if "use_fused_attention" in config:
-            use_fused_attention = check_bool(
-                config.pop("use_fused_attention"), "use_fused_attention"
-            )
-            if "flash_attention" not in config:
-                config["flash_attention"] = None if use_fused_attention else False
+        # Files saved before `flash_attention` hold `use_fused_attention`.
+        config = migrate_attention_config(config)
         model = cls(**config)
         if lora:
             model.enable_lora(

@@ -39,7 +39,7 @@ def dropout_calls(monkeypatch):
     return calls
 
 
-BLOCK = dict(num_heads=2, intermediate_dim=16, dropout=0.5, attention_dropout=0.0)
+BLOCK = dict(num_heads=2, intermediate_dim=16, dropout=0.5, attention={"dropout": 0.0})
 
 
 @pytest.mark.parametrize(
@@ -71,7 +71,9 @@ def test_not_called_at_inference_and_applied_in_training(
 
 def test_inference_equals_the_same_layer_without_dropout():
     x = normal(BATCH, LENGTH, DIM)
-    with_dropout = TransformerEncoderBlock(num_heads=2, intermediate_dim=16, dropout=0.5)
+    with_dropout = TransformerEncoderBlock(
+        num_heads=2, intermediate_dim=16, dropout=0.5
+    )
     without = TransformerEncoderBlock(num_heads=2, intermediate_dim=16, dropout=0.0)
     with_dropout.build(x.shape)
     without.build(x.shape)

@@ -4,6 +4,7 @@ serialization round trip, the deprecated aliases and old saved files."""
 
 import json
 import os
+import warnings
 import zipfile
 
 import h5py
@@ -276,23 +277,16 @@ def test_config_round_trip_of_every_keras_argument():
     keras.layers.MultiHeadAttention.from_config(keras_config)
 
 
-# --- Deprecated aliases and files saved before the rename ---------------------
+# --- Files saved before the rename -------------------------------------------
 
 
-def test_deprecated_aliases_warn_and_map():
-    with pytest.warns(FutureWarning, match="`output_dim` is deprecated"):
-        layer = MultiHeadAttention(num_heads=2, key_dim=4, output_dim=6)
-    assert layer.get_config()["output_shape"] == (6,)
-    assert layer.output_dim == 6
-    with pytest.warns(FutureWarning, match="`use_fused_attention` is deprecated"):
-        layer = MultiHeadAttention(num_heads=2, key_dim=4, use_fused_attention=False)
-    assert layer.flash_attention is False and layer.use_fused_attention is False
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="not both"):
-        MultiHeadAttention(num_heads=2, key_dim=4, output_dim=6, output_shape=6)
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="not both"):
-        MultiHeadAttention(
-            num_heads=2, key_dim=4, use_fused_attention=True, flash_attention=False
-        )
+def test_the_old_names_are_not_constructor_arguments():
+    for old in ({"output_dim": 6}, {"use_fused_attention": False}):
+        with pytest.raises(ValueError, match="Unrecognized keyword arguments"):
+            MultiHeadAttention(num_heads=2, key_dim=4, **old)
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    assert not hasattr(layer, "output_dim")
+    assert not hasattr(layer, "use_fused_attention")
 
 
 def old_config(layer):
@@ -320,7 +314,8 @@ def test_old_config_loads():
     layer = MultiHeadAttention(
         num_heads=2, key_dim=4, output_shape=6, flash_attention=False
     )
-    with pytest.warns(FutureWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # the file is not the user's
         restored = MultiHeadAttention.from_config(old_config(layer))
     assert restored.get_config() == layer.get_config()
 
@@ -344,7 +339,8 @@ def test_old_keras_file_loads(tmp_path):
                         entry["config"] = old_config(layer)
                 data = json.dumps(config).encode()
             target.writestr(item, data)
-    with pytest.warns(FutureWarning, match="output_dim"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
         loaded = keras.saving.load_model(old_path)
     inputs = [normal(2, 5, 8), normal(2, 4, 8, seed=1)]
     np.testing.assert_allclose(

@@ -83,7 +83,7 @@ def test_learned_positions_need_a_positive_length():
 )
 def test_what_a_model_asks_of_the_paper_schemes(scheme, max_length):
     assert scheme.adds_to_embeddings is True
-    assert scheme.rotates_queries_and_keys is None
+    assert scheme.block_arguments() == {}  # no rotation
     assert scheme.max_length == max_length
     # No score bias, at a cache index either: the blocks get nothing.
     assert not scheme.biases_attention_scores
@@ -113,7 +113,6 @@ def test_the_interface_alone_encodes_nothing():
 def test_only_rotary_gives_the_blocks_arguments(scheme):
     # The models build their blocks with these: `{}` keeps today's blocks.
     assert scheme.block_arguments() == {}
-    assert scheme.rotates_queries_and_keys is None
 
 
 # --- Rotary ----------------------------------------------------------------------
@@ -122,7 +121,7 @@ def test_only_rotary_gives_the_blocks_arguments(scheme):
 def test_rotary_is_registered_and_sized_by_the_models_heads():
     scheme = position_schemes.get("rotary", sequence_length=16, num_heads=4)
     assert scheme == RotaryPositions(num_heads=4)
-    assert scheme.rotates_queries_and_keys is True
+    assert scheme.block_arguments()  # the rotation
     # Nothing learned per position: no length limit, no layer, no bias.
     assert scheme.max_length is None and not scheme.adds_to_embeddings
     assert scheme.position_layer() is None

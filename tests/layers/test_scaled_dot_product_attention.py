@@ -264,26 +264,13 @@ def test_fully_masked_row_is_zero_and_finite(dtype, use_fused, return_scores):
     np.testing.assert_array_equal(grad[0, 1], 0.0)
 
 
-# --- The deprecated alias ---------------------------------------------------
+# --- Arguments ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("use_fused, flash_attention", [(True, None), (False, False)])
-def test_use_fused_attention_is_a_deprecated_alias(use_fused, flash_attention):
+def test_use_fused_attention_is_not_an_argument():
     query, key, value = random_qkv(seed=3)
-    with pytest.warns(FutureWarning, match="`use_fused_attention` is deprecated"):
-        aliased = scaled_dot_product_attention(
-            query, key, value, use_fused_attention=use_fused
-        )
-    expected = scaled_dot_product_attention(
-        query, key, value, flash_attention=flash_attention
-    )
-    np.testing.assert_array_equal(
-        ops.convert_to_numpy(aliased), ops.convert_to_numpy(expected)
-    )
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="not both"):
-        scaled_dot_product_attention(
-            query, key, value, use_fused_attention=use_fused, flash_attention=False
-        )
+    with pytest.raises(TypeError, match="use_fused_attention"):
+        scaled_dot_product_attention(query, key, value, use_fused_attention=False)
 
 
 def test_flash_attention_true_refuses_scores_and_dropout():

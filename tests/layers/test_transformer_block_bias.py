@@ -8,7 +8,11 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attn.layers import TransformerDecoderBlock, TransformerEncoderBlock
+from keras_attn.layers import (
+    AttentionSettings,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)
 
 BATCH, LENGTH, SOURCE_LEN, DIM, HEADS, FF = 2, 5, 4, 8, 2, 16
 PADDING = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]], bool)
@@ -72,7 +76,9 @@ def test_encoder_bias_is_multi_head_attentions(normalize_first):
 @pytest.mark.parametrize("flash_attention", [None, False])
 def test_encoder_bias_of_minus_infinity_is_a_mask(flash_attention):
     block = TransformerEncoderBlock(
-        num_heads=HEADS, intermediate_dim=FF, flash_attention=flash_attention
+        num_heads=HEADS,
+        intermediate_dim=FF,
+        attention=AttentionSettings(flash_attention=flash_attention),
     )
     x = normal(BATCH, LENGTH, DIM)
     mask = per_head_mask()

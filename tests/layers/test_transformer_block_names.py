@@ -1,5 +1,5 @@
-"""The blocks' names: `flash_attention` (and its deprecated alias
-`use_fused_attention`, also in old configs), keras-hub's private sub-layer
+"""The blocks' names: `flash_attention` (and `use_fused_attention` in old
+configs), keras-hub's private sub-layer
 names as read-only aliases of the stored public ones, and the exception
 types of `MultiHeadAttention` for `num_heads`."""
 
@@ -10,8 +10,8 @@ import keras
 import numpy as np
 import pytest
 
-import keras_attn
 from keras_attn.layers import (
+    AttentionSettings,
     MultiHeadAttention,
     TransformerDecoderBlock,
     TransformerEncoderBlock,
@@ -42,74 +42,46 @@ def attention_layers(layer):
     ]
 
 
-# --- flash_attention and use_fused_attention ------------------------------
+# --- flash_attention (and configs written with use_fused_attention) -------
+
+
+def flash(flash_attention, dropout=0.0):
+    return AttentionSettings(dropout=dropout, flash_attention=flash_attention)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("flash_attention", [None, True, False])
 def test_flash_attention_reaches_the_attention_layers(block, flash_attention):
     layer = built(
-        block, cross=block is TransformerDecoderBlock, flash_attention=flash_attention
+        block, cross=block is TransformerDecoderBlock, attention=flash(flash_attention)
     )
     assert layer.flash_attention is flash_attention
     for attention in attention_layers(layer):
         assert attention.flash_attention is flash_attention
     config = json.loads(json.dumps(layer.get_config()))
-    assert config["flash_attention"] is flash_attention
-    assert "use_fused_attention" not in config
+    # Written only when not the default (`flash_attention=None`).
+    assert config.get("attention", {}).get("flash_attention") is flash_attention
     assert block.from_config(config).flash_attention is flash_attention
 
 
 @pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize("alias, expected", [(True, None), (False, False)])
-def test_use_fused_attention_is_a_deprecated_alias(block, alias, expected):
-    with pytest.warns(FutureWarning, match="`use_fused_attention` is deprecat"):
-        layer = block(num_heads=HEADS, intermediate_dim=FF, use_fused_attention=alias)
-    assert layer.flash_attention is expected
-    assert layer.use_fused_attention is alias
-    assert "use_fused_attention" not in layer.get_config()
-
-
-def test_the_deprecation_warning_names_the_users_line():
-    # Passed down through a model, a block and MultiHeadAttention, the
-    # warning still points at this file (a warning naming a library line
-    # is one the user cannot act on).
-    constructors = (
-        lambda: keras_attn.layers.MultiHeadAttention(2, 4, use_fused_attention=False),
-        lambda: keras_attn.layers.TransformerEncoderBlock(
-            HEADS, FF, use_fused_attention=False
-        ),
-        lambda: keras_attn.models.TransformerLM.from_preset(
-            "lm_tiny", vocabulary_size=20, use_fused_attention=False
-        ),
-        lambda: keras_attn.layers.scaled_dot_product_attention(
-            *[np.ones((1, 2, 1, 4), "float32")] * 3, use_fused_attention=False
-        ),
+def test_use_fused_attention_is_no_longer_an_argument(block):
+    # Keras's `Layer` refuses an unknown keyword argument.
+    with pytest.raises((TypeError, ValueError), match="use_fused_attention"):
+        block(num_heads=HEADS, intermediate_dim=FF, use_fused_attention=False)
+    assert not hasattr(
+        block(num_heads=HEADS, intermediate_dim=FF), "use_fused_attention"
     )
-    for construct in constructors:
-        with pytest.warns(FutureWarning, match="use_fused_attention") as record:
-            construct()
-        assert {warning.filename for warning in record} == {__file__}
-
-
-@pytest.mark.parametrize("block", BLOCKS)
-def test_flash_attention_and_its_alias_together_are_refused(block):
-    with pytest.raises(ValueError, match="flash_attention=False, use_fused_attent"):
-        block(
-            num_heads=HEADS,
-            intermediate_dim=FF,
-            flash_attention=False,
-            use_fused_attention=True,
-        )
 
 
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("alias, expected", [(True, None), (False, False)])
 def test_a_config_written_with_use_fused_attention_still_loads(block, alias, expected):
-    # As written by keras-attn 5c2228a (and held by the shipped presets).
+    # As written by keras-attn 5c2228a (and held by the shipped presets):
+    # the attention arguments flat, `use_fused_attention` for `flash_attention`.
     config = block(num_heads=HEADS, intermediate_dim=FF).get_config()
-    del config["flash_attention"]
-    config["use_fused_attention"] = alias
+    assert "attention" not in config  # The default settings are not written.
+    config.update(attention_dropout=0.0, use_fused_attention=alias)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # A file is not the user's code: no warning.
         layer = block.from_config(config)
@@ -121,24 +93,21 @@ def test_a_config_written_with_use_fused_attention_still_loads(block, alias, exp
 @pytest.mark.parametrize("block", BLOCKS)
 def test_flash_attention_true_needs_attention_dropout_zero(block):
     with pytest.raises(ValueError, match="attention_dropout=0.1"):
-        block(num_heads=HEADS, intermediate_dim=FF, dropout=0.1, flash_attention=True)
+        block(num_heads=HEADS, intermediate_dim=FF, attention=flash(True, 0.1))
     # Residual dropout alone is fine: the fused kernel has no dropout to skip.
     layer = block(
-        num_heads=HEADS,
-        intermediate_dim=FF,
-        dropout=0.1,
-        attention_dropout=0.0,
-        flash_attention=True,
+        num_heads=HEADS, intermediate_dim=FF, dropout=0.1, attention=flash(True)
     )
     assert layer.flash_attention is True
 
 
 @pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize("name", ["flash_attention", "use_fused_attention"])
 @pytest.mark.parametrize("value", ["yes", 1, 0.0])
-def test_flash_attention_of_another_type_is_refused(block, name, value):
-    with pytest.raises(TypeError, match=f"{name}={value!r}"):
-        block(num_heads=HEADS, intermediate_dim=FF, **{name: value})
+def test_flash_attention_of_another_type_is_refused(block, value):
+    with pytest.raises(TypeError, match=f"flash_attention={value!r}"):
+        block(
+            num_heads=HEADS, intermediate_dim=FF, attention={"flash_attention": value}
+        )
 
 
 @pytest.mark.parametrize("block", BLOCKS)

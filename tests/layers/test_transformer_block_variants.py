@@ -17,6 +17,7 @@ from keras import ops
 from layer_harness import run_layer_test
 
 from keras_attn.layers import (
+    AttentionSettings,
     RMSNormalization,
     TransformerDecoderBlock,
     TransformerEncoderBlock,
@@ -27,25 +28,27 @@ HEAD_DIM = DIM // HEADS
 QK_NORM_EPSILON = 1e-6
 
 # Each variant alone, and the modern decoder-only recipe together.
-ROTARY = dict(rotary_max_wavelength=10000.0)
+ROTARY = dict(attention=AttentionSettings(rotary_max_wavelength=10000.0))
 PARTIAL_ROTARY = dict(
-    rotary_max_wavelength=100.0, rotary_scaling_factor=2.0, rotary_dim=2
+    attention=AttentionSettings(
+        rotary_max_wavelength=100.0, rotary_scaling_factor=2.0, rotary_dim=2
+    )
 )
 MODERN = dict(
     normalization="rms",
     activation="swiglu",
     use_bias=False,
     normalize_first=True,
-    num_key_value_heads=2,
-    qk_norm=True,
-    rotary_max_wavelength=500.0,
+    attention=AttentionSettings(
+        num_key_value_heads=2, qk_norm=True, rotary_max_wavelength=500.0
+    ),
 )
 VARIANTS = {
     "rotary": ROTARY,
     "partial_rotary": PARTIAL_ROTARY,
-    "multi_query": dict(num_key_value_heads=1),
-    "grouped_query": dict(num_key_value_heads=2),
-    "qk_norm": dict(qk_norm=True),
+    "multi_query": dict(attention=AttentionSettings(num_key_value_heads=1)),
+    "grouped_query": dict(attention=AttentionSettings(num_key_value_heads=2)),
+    "qk_norm": dict(attention=AttentionSettings(qk_norm=True)),
     "rms_swiglu_no_bias": dict(
         normalization="rms", activation="swiglu", use_bias=False
     ),
@@ -53,15 +56,7 @@ VARIANTS = {
 }
 
 
-VARIANT_ARGUMENTS = (
-    "normalization",
-    "use_bias",
-    "num_key_value_heads",
-    "qk_norm",
-    "rotary_max_wavelength",
-    "rotary_scaling_factor",
-    "rotary_dim",
-)
+VARIANT_ARGUMENTS = ("normalization", "use_bias", "attention")
 
 
 def normal(*shape, seed=0):
@@ -131,14 +126,14 @@ def np_attention(attention, block, query_in, kv_in, mask, rotary):
     k = np_dense(attention.key_dense, kv_in, to_heads)  # (B, S, KV, D)
     v = np_dense(attention.value_dense, kv_in, to_heads)
     assert k.shape[2] == block.num_key_value_heads
-    if block.qk_norm:
+    if block.attention.qk_norm:
         q = np_rms(q, to_numpy(attention.query_norm.scale))
         k = np_rms(k, to_numpy(attention.key_norm.scale))
-    if rotary and block.rotary_max_wavelength is not None:
+    if rotary and block.attention.rotary_max_wavelength is not None:
         arguments = (
-            block.rotary_max_wavelength,
-            block.rotary_scaling_factor,
-            block.rotary_dim,
+            block.attention.rotary_max_wavelength,
+            block.attention.rotary_scaling_factor,
+            block.attention.rotary_dim,
         )
         q = np_rotate(q, np.arange(q.shape[1]), *arguments)
         k = np_rotate(k, np.arange(k.shape[1]), *arguments)
@@ -361,9 +356,10 @@ def test_defaults_are_unchanged():
     "block_class", [TransformerEncoderBlock, TransformerDecoderBlock]
 )
 def test_key_value_heads_and_head_dim(block_class):
-    block = block_class(num_heads=HEADS, intermediate_dim=FF, num_key_value_heads=2)
+    grouped = VARIANTS["grouped_query"]
+    block = block_class(num_heads=HEADS, intermediate_dim=FF, **grouped)
     assert block.num_key_value_heads == 2 and block.head_dim is None
-    block = built(block_class, num_key_value_heads=2)
+    block = built(block_class, **grouped)
     assert block.head_dim == HEAD_DIM
     assert tuple(block.self_attention.key_dense.kernel.shape) == (DIM, 2, HEAD_DIM)
     assert tuple(block.self_attention.query_dense.kernel.shape) == (
@@ -381,6 +377,8 @@ def test_config_round_trip(block_class, variant):
     block = block_class(num_heads=HEADS, intermediate_dim=FF, **VARIANTS[variant])
     config = json.loads(json.dumps(block.get_config()))
     for key, value in VARIANTS[variant].items():
+        if isinstance(value, AttentionSettings):
+            value = value.get_config()
         assert config[key] == value, key
     assert block_class.from_config(config).get_config() == block.get_config()
 
@@ -415,12 +413,21 @@ def test_decoder_layer_contract_modern_with_cross_attention():
     [
         (dict(normalization="batch"), "normalization='batch'"),
         (dict(use_bias="no"), "use_bias='no'"),
-        (dict(num_key_value_heads=3), "num_key_value_heads=3"),
-        (dict(num_key_value_heads=0), "num_key_value_heads=0"),
-        (dict(qk_norm=1), "qk_norm=1"),
-        (dict(rotary_max_wavelength=0.0), "rotary_max_wavelength=0.0"),
-        (dict(rotary_scaling_factor=-1.0), "rotary_scaling_factor=-1.0"),
-        (dict(rotary_dim=3), "rotary_dim=3"),
+        (dict(attention=dict(num_key_value_heads=3)), "num_key_value_heads=3"),
+        (dict(attention=dict(num_key_value_heads=0)), "num_key_value_heads=0"),
+        (dict(attention=dict(qk_norm=1)), "qk_norm=1"),
+        (
+            dict(attention=dict(rotary_max_wavelength=0.0)),
+            "rotary_max_wavelength=0.0",
+        ),
+        (
+            dict(attention=dict(rotary_max_wavelength=1e4, rotary_scaling_factor=-1.0)),
+            "rotary_scaling_factor=-1.0",
+        ),
+        (
+            dict(attention=dict(rotary_max_wavelength=1e4, rotary_dim=3)),
+            "rotary_dim=3",
+        ),
         (dict(activation="gatedgelu"), "activation='gatedgelu'"),
     ],
 )

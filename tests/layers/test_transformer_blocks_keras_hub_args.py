@@ -10,7 +10,11 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attn.layers import TransformerDecoderBlock, TransformerEncoderBlock
+from keras_attn.layers import (
+    AttentionSettings,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)
 
 keras_hub = pytest.importorskip("keras_hub")
 
@@ -65,7 +69,10 @@ def test_bias_initializer_and_attention_dropout(block):
     assert block(num_heads=2, intermediate_dim=4, dropout=0.1).attention_dropout == 0.1
     assert (
         block(
-            num_heads=2, intermediate_dim=4, dropout=0.1, attention_dropout=0.0
+            num_heads=2,
+            intermediate_dim=4,
+            dropout=0.1,
+            attention=AttentionSettings(dropout=0.0),
         ).attention_dropout
         == 0.0
     )

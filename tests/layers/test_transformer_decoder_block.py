@@ -211,7 +211,7 @@ def test_hidden_dim_not_divisible_by_num_heads():
     "kwargs, match",
     [
         (dict(dropout=1.0), "dropout=1.0"),
-        (dict(attention_dropout=-0.2), "attention_dropout=-0.2"),
+        (dict(attention=dict(dropout=-0.2)), "attention_dropout=-0.2"),
         (dict(num_heads=-1), "num_heads=-1"),
     ],
 )

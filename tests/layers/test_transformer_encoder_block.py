@@ -7,7 +7,7 @@ import pytest
 from keras import ops
 from layer_harness import run_layer_test
 
-from keras_attn.layers import TransformerEncoderBlock
+from keras_attn.layers import AttentionSettings, TransformerEncoderBlock
 
 BATCH, LENGTH, DIM, HEADS, FF = 2, 5, 8, 2, 16
 PADDING_MASK = np.array([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], bool)
@@ -41,8 +41,7 @@ def test_layer_contract_causal_explicit_attention():
         dict(
             num_heads=HEADS,
             intermediate_dim=FF,
-            attention_dropout=0.1,
-            flash_attention=False,
+            attention=dict(dropout=0.1, flash_attention=False),
         ),
         normal(BATCH, LENGTH, DIM),
         call_kwargs={"use_causal_mask": True},
@@ -87,7 +86,7 @@ def test_matches_keras_hub_transformer_encoder(normalize_first, flash_attention)
         intermediate_dim=FF,
         layer_norm_epsilon=1e-6,
         normalize_first=normalize_first,
-        flash_attention=flash_attention,
+        attention=AttentionSettings(flash_attention=flash_attention),
     )
     x = normal(BATCH, LENGTH, DIM)
     theirs(x)
@@ -141,7 +140,7 @@ def test_keras_mask_is_the_padding_mask():
         (dict(intermediate_dim=-1), ValueError, "intermediate_dim=-1"),
         (dict(dropout=1.0), ValueError, "dropout=1.0"),
         (dict(dropout=-0.1), ValueError, "dropout=-0.1"),
-        (dict(attention_dropout=1.5), ValueError, "attention_dropout=1.5"),
+        (dict(attention=dict(dropout=1.5)), ValueError, "attention_dropout=1.5"),
         (dict(dropout="0.1"), TypeError, "dropout='0.1'"),
         (dict(layer_norm_epsilon=0.0), ValueError, "layer_norm_epsilon=0.0"),
     ],

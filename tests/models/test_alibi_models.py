@@ -62,7 +62,7 @@ def test_alibi_is_a_registered_scheme_that_only_biases_scores():
     scheme = position_schemes.get("alibi", sequence_length=64, num_heads=3)
     assert scheme == AlibiPositions(num_heads=3)
     assert scheme.biases_attention_scores and not scheme.adds_to_embeddings
-    assert scheme.rotates_queries_and_keys is None
+    assert scheme.block_arguments() == {}  # no rotation
     assert scheme.max_length is None  # no length limit: it extrapolates
     assert scheme.position_layer() is None
     assert scheme.check_embedding_dim(9, "hidden_dim") == 9  # any dimension

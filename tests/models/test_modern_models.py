@@ -253,14 +253,14 @@ def test_layer_norms_without_bias_have_no_offset():
 @pytest.mark.parametrize("kind", KINDS)
 def test_rotary_has_no_position_weights_and_rotates_self_attention(kind):
     model = model_of(kind, "rotary")
-    assert model.position_scheme.rotates_queries_and_keys
+    assert model.attention_settings.rotary_max_wavelength == 10000.0
     assert not [path for path in weight_paths(model) if "position" in path]
     blocks = model.blocks if kind == "lm" else model.decoder_blocks
     for block in blocks:
-        assert block.get_config()["rotary_max_wavelength"] == 10000.0
+        assert block.get_config()["attention"]["rotary_max_wavelength"] == 1e4
     if kind == "transformer":
         for block in model.encoder_blocks:
-            assert block.get_config()["rotary_max_wavelength"] == 10000.0
+            assert block.get_config()["attention"]["rotary_max_wavelength"] == 1e4
 
 
 def test_rotary_positions_give_order():

@@ -54,7 +54,7 @@ def test_relative_is_a_registered_scheme_with_a_bias_layer():
     scheme = position_schemes.get("relative", sequence_length=64, num_heads=3)
     assert scheme == RelativePositions(num_heads=3)
     assert scheme.biases_attention_scores and not scheme.adds_to_embeddings
-    assert scheme.rotates_queries_and_keys is None
+    assert scheme.block_arguments() == {}  # no rotation
     assert scheme.max_length is None  # distances past max_distance share a bucket
     assert scheme.position_layer() is None
     layer = scheme.attention_bias_layer(False, name="position_bias")

@@ -57,8 +57,7 @@ def test_config_is_the_constructor_arguments_chained_to_keras(kind):
     model = make_model(kind)
     config = model.get_config()
     parameters = inspect.signature(type(model).__init__).parameters
-    # `use_fused_attention` is a deprecated alias of `flash_attention`.
-    arguments = set(parameters) - {"self", "kwargs", "use_fused_attention"}
+    arguments = set(parameters) - {"self", "kwargs"}
     # `keras.Model.get_config` gives `name` and `trainable`.
     assert set(config) == arguments | {"name", "trainable"}
     assert config["name"] == model.name
@@ -90,16 +89,15 @@ def test_an_unknown_keyword_argument_is_a_type_error_naming_it(kind):
 
 
 @pytest.mark.parametrize("kind", ZOO_MODELS)
-def test_use_fused_attention_is_a_deprecated_alias_of_flash_attention(kind):
-    with pytest.warns(FutureWarning, match="`use_fused_attention` is deprecat"):
-        model = make_model(kind, use_fused_attention=False)
+def test_flash_attention_reaches_every_block_and_use_fused_attention_is_gone(kind):
+    model = make_model(kind, flash_attention=False)
     assert model.flash_attention is False
     assert model.get_config()["flash_attention"] is False
-    assert "use_fused_attention" not in model.get_config()
     blocks = [layer for layer in model.layers if "_block_" in layer.name]
     assert blocks and all(block.flash_attention is False for block in blocks)
-    with pytest.raises(ValueError, match="not both"):
-        make_model(kind, use_fused_attention=True, flash_attention=False)
+    # The deprecated alias was removed; saved configs still load (below).
+    with pytest.raises(TypeError, match="'use_fused_attention'"):
+        make_model(kind, use_fused_attention=False)
 
 
 @pytest.mark.parametrize("kind", ZOO_MODELS)
@@ -253,7 +251,7 @@ def test_transformer_arguments_are_checked_by_their_public_name(
     [
         ("lm", dict(num_layers=0), "Received: num_layers=0"),
         ("classifier", dict(pooling="max"), "pooling='max'"),
-        ("classifier", dict(use_fused_attention="yes"), "use_fused_attention='yes'"),
+        ("classifier", dict(flash_attention="yes"), "flash_attention='yes'"),
         ("vit", dict(image_size=(8, 0)), "image_size=0"),
         ("vit", dict(patch_size=3), "image_size=.*patch_size=3"),
         ("vit", dict(num_channels=2.0), "num_channels=2.0"),

@@ -38,6 +38,7 @@ VALID = {
     layers.SequencePooling: dict(),
     layers.PositionwiseDense: dict(units=4),
     layers.VocabularyProjection: dict(units=4),
+    layers.AttentionSettings: dict(),
 }
 BLOCKS = (layers.TransformerEncoderBlock, layers.TransformerDecoderBlock)
 
@@ -56,10 +57,12 @@ POSITIVE_INTS = [
     (layers.TokenAndPositionEmbedding, "embedding_dim"),
     (layers.PositionwiseDense, "units"),
     (layers.VocabularyProjection, "units"),
+    (layers.AttentionSettings, "num_key_value_heads"),
 ]
 RATES = [
     (layers.MultiHeadAttention, "dropout"),
-    *[(block, name) for block in BLOCKS for name in ("dropout", "attention_dropout")],
+    *[(block, "dropout") for block in BLOCKS],
+    (layers.AttentionSettings, "dropout"),
     (layers.FeedForward, "dropout"),
     (layers.FastDropout, "rate"),
 ]
@@ -67,11 +70,9 @@ BOOLS = [
     (layers.MultiHeadAttention, "use_bias"),
     (layers.MultiHeadAttention, "use_gate"),
     (layers.MultiHeadAttention, "flash_attention"),
-    *[
-        (block, name)
-        for block in BLOCKS
-        for name in ("normalize_first", "flash_attention", "use_fused_attention")
-    ],
+    *[(block, "normalize_first") for block in BLOCKS],
+    (layers.AttentionSettings, "flash_attention"),
+    (layers.AttentionSettings, "qk_norm"),
     (layers.FeedForward, "use_bias"),
     (layers.TokenAndPositionEmbedding, "scale_by_sqrt_dim"),
     (layers.TokenAndPositionEmbedding, "mask_zero"),
@@ -128,9 +129,7 @@ def test_positive_int_arguments(layer, name, value):
 @given(value=NOT_A_RATE)
 def test_rate_arguments(layer, name, value):
     instance = _construct(layer, name, value)
-    if instance is not None:
-        # `attention_dropout=None` means "as `dropout`".
-        assert value is None and name == "attention_dropout"
+    assert instance is None
 
 
 @pytest.mark.parametrize("layer, name", BOOLS, ids=_ids(BOOLS))

@@ -77,7 +77,6 @@ BOOL_ARGUMENTS = (
     "normalize_first",
     "tie_embeddings",
     "flash_attention",
-    "use_fused_attention",
 )
 
 

@@ -25,6 +25,7 @@ from keras import ops
 
 from keras_attn import validation
 from keras_attn.layers import (
+    AttentionSettings,
     FeedForward,
     GroupedQueryAttention,
     LayerNorm,
@@ -193,7 +194,9 @@ NUMERIC_ARGUMENTS = [
         "layer_norm_epsilon",
         EPSILONS,
         lambda v: [
-            TransformerEncoderBlock(2, 8, layer_norm_epsilon=v, qk_norm=True)(SEQUENCE)
+            TransformerEncoderBlock(
+                2, 8, layer_norm_epsilon=v, attention=AttentionSettings(qk_norm=True)
+            )(SEQUENCE)
         ],
     ),
 ]
@@ -278,13 +281,13 @@ REFUSALS = [
         rf"`qk_norm_epsilon` {RANGE}.*normal float32.*Received: qk_norm_epsilon=0.0",
     ),
     (
-        lambda: TransformerDecoderBlock(2, 8, rotary_max_wavelength=0.5),
+        lambda: AttentionSettings(rotary_max_wavelength=0.5),
         ValueError,
         r"Received: rotary_max_wavelength=0.5",
     ),
     (
-        lambda: TransformerEncoderBlock(
-            2, 8, rotary_max_wavelength=1e4, rotary_scaling_factor=1e300
+        lambda: AttentionSettings(
+            rotary_max_wavelength=1e4, rotary_scaling_factor=1e300
         ),
         ValueError,
         r"Received: rotary_scaling_factor=1e\+300",
@@ -369,12 +372,12 @@ REFUSALS = [
         r"Received: rotary_dim=2, rotary_max_wavelength=None",
     ),
     (
-        lambda: TransformerEncoderBlock(2, 8, rotary_dim=2),
+        lambda: TransformerEncoderBlock(2, 8, attention={"rotary_dim": 2}),
         ValueError,
         r"Received: rotary_dim=2, rotary_max_wavelength=None",
     ),
     (
-        lambda: TransformerDecoderBlock(2, 8, rotary_scaling_factor=2.0),
+        lambda: AttentionSettings(rotary_scaling_factor=2.0),
         ValueError,
         r"`rotary_scaling_factor` shapes.*Received: rotary_scaling_factor=2.0, "
         r"rotary_max_wavelength=None",
@@ -412,7 +415,9 @@ LAST = MAX_LENGTH - NEW
 def decoding():
     """Built blocks and models with a cache of `MAX_LENGTH` slots."""
     keras.utils.set_random_seed(0)
-    block = TransformerDecoderBlock(2, 16, rotary_max_wavelength=1e4)
+    block = TransformerDecoderBlock(
+        2, 16, attention=AttentionSettings(rotary_max_wavelength=1e4)
+    )
     block(normal(1, 3, DIM))
     cross_block = TransformerDecoderBlock(2, 16)
     cross_block(normal(1, 3, DIM), normal(1, 4, DIM))

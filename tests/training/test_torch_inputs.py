@@ -59,9 +59,7 @@ class Batches(keras.utils.PyDataset):
 def reference():
     """Weights after `fit` on the same batches as NumPy (no shuffling)."""
     items = batches()
-    inputs = {
-        key: np.concatenate([x[key] for x, _ in items]) for key in items[0][0]
-    }
+    inputs = {key: np.concatenate([x[key] for x, _ in items]) for key in items[0][0]}
     labels = np.concatenate([y for _, y in items])
     return trained_weights(inputs, y=labels, batch_size=BATCH_SIZE)
 

@@ -1,0 +1,187 @@
+"""`AttentionSettings`: what every attention layer of a block or model shares.
+
+A setting that several levels need (model -> block -> `MultiHeadAttention`)
+is made and checked once, here, and handed down as this object, the way a
+position scheme is (`keras_attn.layers.position_schemes`). Each field
+declares its check; a new setting is one field (`_setting(default, check)`),
+and reaches `MultiHeadAttention` through `layer_arguments()` under its own
+name, which is the layer's argument of that name.
+"""
+
+import dataclasses
+
+import keras
+
+from keras_attn.layers.attention_arguments import check_head_dim
+from keras_attn.layers.query_key_heads import (
+    check_num_key_value_heads,
+    check_rotary_arguments,
+)
+from keras_attn.validation import check_bool, check_rate
+
+
+def _setting(default, check=None):
+    """A field of `AttentionSettings`; `check(value)` returns it canonical."""
+    return dataclasses.field(default=default, metadata={"check": check})
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+@dataclasses.dataclass(frozen=True)
+class AttentionSettings:
+    """The settings every attention layer of a block (or model) shares.
+
+    Frozen and checked when made: an invalid value raises there, named
+    with its value, before any layer is built. A Transformer block takes
+    one as `attention=` and builds its `MultiHeadAttention` sub-layers from
+    it (`layer_arguments()`; the cross-attention from `without_rotation()`);
+    the models of `keras_attn.models` build one from their flat arguments
+    (`attention_dropout`, `flash_attention`, `num_key_value_heads`,
+    `qk_norm`, and the position scheme's rotation) and hand it to every
+    block. Its config (`get_config()`) is plain JSON data.
+
+    Args:
+        dropout: float in `[0, 1)`, dropout on the attention weights (named
+            `attention_dropout` in messages, as in the blocks' and models'
+            configs, where `dropout` is the residual dropout). Defaults to
+            `0.0`.
+        flash_attention: `None`, `True` or `False`, as on
+            `keras_attn.layers.MultiHeadAttention`: `None` uses the fused
+            `keras.ops.dot_product_attention` kernel when possible, `True`
+            requires it (with `dropout=0.0`), `False` never uses it.
+            Defaults to `None`.
+        num_key_value_heads: positive int, the key and value heads
+            (grouped-query attention; `1` is multi-query attention); it
+            must divide the layers' `num_heads` (`key_value_heads`).
+            Defaults to `None`, meaning `num_heads`.
+        qk_norm: bool, RMS-normalize the projected queries and keys over
+            each head's features, before any rotation (Dehghani et al.,
+            2023). Defaults to `False`.
+        rotary_max_wavelength: float in `[1, 2**60]`, rotary position
+            embeddings (RoPE) of this maximum wavelength on the queries and
+            keys of self-attention (`10000.0` in RoFormer). Defaults to
+            `None`, meaning no rotation.
+        rotary_scaling_factor: float in `[2**-32, 2**32]`, RoPE's linear
+            position interpolation: positions are divided by it. Only with
+            `rotary_max_wavelength`. Defaults to `1.0`.
+        rotary_dim: even int `<= head_dim`, how many of each head's
+            features RoPE rotates (partial rotary, as GPT-NeoX). Only with
+            `rotary_max_wavelength`. Defaults to `None`, meaning all of
+            them.
+
+    Example:
+
+    >>> settings = keras_attn.layers.AttentionSettings(
+    ...     num_key_value_heads=2, qk_norm=True, rotary_max_wavelength=10000.0)
+    >>> block = keras_attn.layers.TransformerDecoderBlock(
+    ...     num_heads=4, intermediate_dim=32, attention=settings)
+    >>> _ = block(keras.random.normal((1, 3, 16)))
+    >>> block.self_attention.get_config()["num_key_value_heads"]
+    2
+    >>> settings.without_rotation().rotary_max_wavelength is None
+    True
+    >>> keras_attn.layers.AttentionSettings.from_config(settings.get_config()) == settings
+    True
+    """
+
+    dropout: float = _setting(0.0, lambda value: check_rate(value, "attention_dropout"))
+    flash_attention: bool | None = _setting(
+        None, lambda value: check_bool(value, "flash_attention", allow_none=True)
+    )
+    num_key_value_heads: int | None = _setting(
+        None,
+        lambda value: check_head_dim(value, "num_key_value_heads", allow_none=True),
+    )
+    qk_norm: bool = _setting(False, lambda value: check_bool(value, "qk_norm"))
+    # The rotation's three fields are checked together (`__post_init__`).
+    rotary_max_wavelength: float | None = _setting(None)
+    rotary_scaling_factor: float = _setting(1.0)
+    rotary_dim: int | None = _setting(None)
+
+    _ROTATION = ("rotary_max_wavelength", "rotary_scaling_factor", "rotary_dim")
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            check = field.metadata["check"]
+            if check is not None:
+                self._set(field.name, check(getattr(self, field.name)))
+        rotation = check_rotary_arguments(
+            self.rotary_max_wavelength, self.rotary_scaling_factor, self.rotary_dim
+        )
+        for name, value in zip(self._ROTATION, rotation):
+            self._set(name, value)
+        if self.flash_attention and self.dropout > 0.0:
+            raise ValueError(
+                "`flash_attention=True` needs `attention_dropout=0.0`: the fused "
+                "kernel has no dropout. Received: flash_attention=True, "
+                f"attention_dropout={self.dropout}"
+            )
+
+    def _set(self, name, value):
+        # The canonical value of a checked field (frozen: no `setattr`).
+        object.__setattr__(self, name, value)
+
+    def key_value_heads(self, num_heads):
+        """The number of key/value heads for `num_heads` query heads.
+
+        `num_heads` for `num_key_value_heads=None`; else the setting, which
+        must divide `num_heads` (the rule `MultiHeadAttention` applies).
+
+        Raises:
+            ValueError: if `num_key_value_heads` does not divide `num_heads`.
+        """
+        return check_num_key_value_heads(self.num_key_value_heads, num_heads)
+
+    def without_rotation(self):
+        """These settings without rotary positions (for cross-attention)."""
+        return dataclasses.replace(
+            self, rotary_max_wavelength=None, rotary_scaling_factor=1.0, rotary_dim=None
+        )
+
+    def replace(self, **changes):
+        """A copy with `changes` (checked as a new object)."""
+        return dataclasses.replace(self, **changes)
+
+    def layer_arguments(self):
+        """The keyword arguments of `keras_attn.layers.MultiHeadAttention`."""
+        return dataclasses.asdict(self)
+
+    def get_config(self):
+        """Every setting, as plain JSON data."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    @classmethod
+    def get(cls, identifier, default=None):
+        """`identifier` as settings: itself, from its config, or `default`.
+
+        Args:
+            identifier: an `AttentionSettings`, its config (a dict), or
+                `None`.
+            default: the settings `None` stands for. Defaults to `None`,
+                meaning `AttentionSettings()`.
+
+        Raises:
+            TypeError: for anything else, or a dict with an unknown key.
+        """
+        if identifier is None:
+            return cls() if default is None else default
+        if isinstance(identifier, cls):
+            return identifier
+        if isinstance(identifier, dict):
+            unknown = sorted(
+                set(identifier) - {f.name for f in dataclasses.fields(cls)}
+            )
+            if unknown:
+                raise TypeError(
+                    f"`attention` got unknown setting(s) {unknown}. Valid "
+                    f"settings: {[f.name for f in dataclasses.fields(cls)]}"
+                )
+            return cls.from_config(identifier)
+        raise TypeError(
+            "`attention` must be an `AttentionSettings`, its config (a dict) "
+            f"or `None`. Received: attention={identifier!r} of type "
+            f"{type(identifier).__name__}"
+        )
