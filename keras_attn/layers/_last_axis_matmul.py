@@ -16,8 +16,8 @@ def flattens_positions():
     pass without the transposed copies a 3-D product gets (see
     `last_axis_matmul`). On torch they do not: `torch.matmul` and
     `torch.einsum` fold the leading axes in C++, while each flattening
-    reshape is a `keras.ops` call whose host-side dispatch (about 13
-    microseconds) an eager step pays for nothing.
+    reshape is a `keras.ops` call whose host-side dispatch an eager step
+    pays for nothing (`docs/performance.md`, section 12).
     """
     return keras.backend.backend() != "torch"
 
@@ -31,10 +31,8 @@ def last_axis_matmul(inputs, kernel, bias=None):
     activations and gradients (for an 8,000-word vocabulary, a copy of the
     `(batch, length, 8000)` gradient that cost more than the loss). With the
     leading axes flattened first, every product of the forward and backward
-    pass is an ordinary 2-D matrix product: the training step of
-    `bench/train_throughput.py` ran 1.09x (JAX) and 1.13x (TensorFlow)
-    faster with the feed-forward and attention projections flattened
-    (`docs/performance.md`, section 4).
+    pass is an ordinary 2-D matrix product (measured in
+    `docs/performance.md`, section 4).
 
     On torch (see `flattens_positions`) the product runs on `inputs` as
     they are: the same numbers, two `keras.ops` calls fewer.

@@ -86,10 +86,9 @@ class LayerNorm(keras.layers.LayerNormalization):
     fall back to Keras's own computation (`center=False`, no `beta`, keeps
     the written-out gradient with a zero offset), and so does the
     torch backend: eager torch fuses nothing, so the written-out gradient
-    there is about 25 aten operations per norm (forward and backward) where
-    Keras's computation is torch's own `layer_norm` kernel and its gradient
-    (4 operations, about 4x less time at 64 x 24 x 256 on a CPU; the same values
-    within float32 rounding). It takes the arguments of
+    there is many element-wise operations per norm where Keras's
+    computation is torch's own `layer_norm` kernel and its gradient (the
+    same values within float32 rounding; measured in `docs/performance.md`). It takes the arguments of
     `keras.layers.LayerNormalization`, with one more check: `epsilon` must
     be a normal float32 number (at least `2**-126`; a smaller one, zero
     included, is flushed to zero on JAX and TensorFlow, and a row of equal

@@ -19,8 +19,8 @@ class TransformerEncoderBlock(TransformerBlockBase):
         intermediate_dim: int, the feed-forward inner size `d_ff`.
         dropout: float in `[0, 1)`, residual dropout on each sub-layer's
             output before the residual addition (section 5.4), applied by
-            `keras_attn.layers.FastDropout` at a resolution of 1/2048 (0.1
-            runs at 0.10010). Defaults to `0.0`.
+            `keras_attn.layers.FastDropout` (whose docstring says how it
+            rounds the rate). Defaults to `0.0`.
         activation: feed-forward activation: a Keras activation (name or
             callable) or a gated one, `"geglu"`, `"swiglu"` or `"reglu"`
             (see `keras_attn.layers.FeedForward`). Defaults to `"relu"`.

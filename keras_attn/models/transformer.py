@@ -84,8 +84,8 @@ class Transformer(ZooModel):
         intermediate_dim: int, `d_ff`. Defaults to `2048`.
         dropout: float, `P_drop` on embeddings and sub-layer outputs.
             Defaults to `0.1`. Run by
-            `keras_attn.layers.FastDropout` at a resolution of 1/2048 (0.1 runs
-            at 0.10010).
+            `keras_attn.layers.FastDropout` (whose docstring says how it
+            rounds the rate).
         attention_dropout: float, dropout on attention weights. Defaults to
             `0.0`.
         max_sequence_length: int, the longest sequence (learned positions,

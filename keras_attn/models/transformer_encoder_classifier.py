@@ -70,8 +70,8 @@ class TransformerEncoderClassifier(ZooModel):
         intermediate_dim: int, `d_ff`. Defaults to `3072`.
         dropout: float, on embeddings, sub-layer outputs and the pooled
             vector. Defaults to `0.1`. Run by
-            `keras_attn.layers.FastDropout` at a resolution of 1/2048 (0.1 runs
-            at 0.10010).
+            `keras_attn.layers.FastDropout` (whose docstring says how it
+            rounds the rate).
         attention_dropout: float, on attention weights. Defaults to `0.0`.
         max_sequence_length: int, the number of learned positions.
             Defaults to `512`.

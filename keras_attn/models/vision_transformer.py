@@ -43,8 +43,8 @@ class VisionTransformer(ZooModel):
         intermediate_dim: int, the MLP size. Defaults to `3072`.
         dropout: float, after the position embedding and on sub-layer
             outputs. Defaults to `0.0`. Run by
-            `keras_attn.layers.FastDropout` at a resolution of 1/2048 (0.1 runs
-            at 0.10010).
+            `keras_attn.layers.FastDropout` (whose docstring says how it
+            rounds the rate).
         attention_dropout: float. Defaults to `0.0`.
         activation: MLP activation, a Keras activation or a
             gated one: `"geglu"`, `"swiglu"` or `"reglu"` (Shazeer, 2020).
