@@ -5,10 +5,10 @@ import types
 import keras
 from keras import ops
 
-from keras_attn.layers import position_schemes
-from keras_attn.layers.cache_index import resolve_cache_index
-from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
-from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_attn.layers.attention.cache_index import resolve_cache_index
+from keras_attn.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
+from keras_attn.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
+from keras_attn.layers.positions import position_schemes
 from keras_attn.models.presets import TRANSFORMER_PRESETS
 from keras_attn.models.zoo_model import (
     ZooModel,
@@ -91,7 +91,7 @@ class Transformer(ZooModel):
         max_sequence_length: int, the longest sequence (learned positions,
             decoding caches). Defaults to `256`.
         position: the position scheme's name (see
-            `keras_attn.layers.position_schemes`), `"sinusoidal"`,
+            `keras_attn.layers.positions.position_schemes`), `"sinusoidal"`,
             `"learned"`, `"alibi"` (attention biases, Press et al., 2022),
             `"relative"` (T5) or `"rotary"` (RoPE, self-attention only).
             Defaults to `"sinusoidal"`.
@@ -371,7 +371,7 @@ class Transformer(ZooModel):
                 or NumPy integer outside that range is a `ValueError`; a
                 tensor (the decoding loop's, traced or eager) is clipped
                 into it, and the step runs at the clipped index, the same
-                on every backend (`keras_attn.layers.cache_index`).
+                on every backend (`keras_attn.layers.attention.cache_index`).
 
         Returns:
             `(logits, cache)`: `(batch, new_length, vocabulary_size)` and the

@@ -5,9 +5,9 @@ import types
 import keras
 from keras import ops
 
-from keras_attn.layers import position_schemes
-from keras_attn.layers.sequence_pooling import POOLINGS, SequencePooling
-from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_attn.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
+from keras_attn.layers.heads.sequence_pooling import POOLINGS, SequencePooling
+from keras_attn.layers.positions import position_schemes
 from keras_attn.models.presets import ENCODER_CLASSIFIER_PRESETS
 from keras_attn.models.zoo_model import (
     ZooModel,
@@ -76,7 +76,7 @@ class TransformerEncoderClassifier(ZooModel):
         max_sequence_length: int, the number of learned positions.
             Defaults to `512`.
         position: the position scheme's name (see
-            `keras_attn.layers.position_schemes`), `"learned"` (BERT),
+            `keras_attn.layers.positions.position_schemes`), `"learned"` (BERT),
             `"sinusoidal"`, `"alibi"`, `"relative"` (T5) or `"rotary"`
             (RoPE). Defaults to `"learned"`.
         pooling: `"cls"` or `"mean"`. Defaults to `"cls"`.

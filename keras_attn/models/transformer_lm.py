@@ -2,9 +2,9 @@
 
 import keras
 
-from keras_attn.layers import position_schemes
-from keras_attn.layers.cache_index import resolve_cache_index
-from keras_attn.layers.transformer_decoder_block import TransformerDecoderBlock
+from keras_attn.layers.attention.cache_index import resolve_cache_index
+from keras_attn.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
+from keras_attn.layers.positions import position_schemes
 from keras_attn.models.presets import LM_PRESETS
 from keras_attn.models.zoo_model import (
     ZooModel,
@@ -47,7 +47,7 @@ class TransformerLM(ZooModel):
         max_sequence_length: int, the longest sequence (learned positions,
             caches). Defaults to `1024`.
         position: the position scheme's name (see
-            `keras_attn.layers.position_schemes`), `"learned"` (GPT-2),
+            `keras_attn.layers.positions.position_schemes`), `"learned"` (GPT-2),
             `"sinusoidal"`, `"alibi"`, `"relative"` (T5) or `"rotary"`
             (RoPE). Defaults to `"learned"`.
         normalize_first: bool, pre-norm blocks and a final norm.
@@ -253,7 +253,7 @@ class TransformerLM(ZooModel):
                 or NumPy integer outside that range is a `ValueError`; a
                 tensor (the decoding loop's, traced or eager) is clipped
                 into it, and the step runs at the clipped index, the same
-                on every backend (`keras_attn.layers.cache_index`).
+                on every backend (`keras_attn.layers.attention.cache_index`).
 
         Returns:
             `(logits, cache)`: `(batch, new_length, vocabulary_size)` and the

@@ -2,10 +2,10 @@
 
 import keras
 
-from keras_attn.layers.class_token import ClassToken
-from keras_attn.layers.position_schemes import LearnedPositions
-from keras_attn.layers.sequence_pooling import SequencePooling
-from keras_attn.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_attn.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
+from keras_attn.layers.embeddings.class_token import ClassToken
+from keras_attn.layers.heads.sequence_pooling import SequencePooling
+from keras_attn.layers.positions.position_schemes import LearnedPositions
 from keras_attn.models.presets import VIT_PRESETS
 from keras_attn.models.zoo_model import (
     ZooModel,

@@ -32,16 +32,18 @@ import inspect
 import keras
 from keras import ops
 
-from keras_attn.layers.attention_settings import AttentionSettings
+from keras_attn.layers.attention.attention_settings import AttentionSettings
+from keras_attn.layers.attention.padding_mask import PaddingMask
+from keras_attn.layers.blocks.feed_forward import get_activation
+from keras_attn.layers.blocks.transformer_block_base import NORMALIZATIONS
+from keras_attn.layers.embeddings.token_and_position_embedding import (
+    TokenAndPositionEmbedding,
+)
 from keras_attn.layers.fast_dropout import FastDropout
-from keras_attn.layers.feed_forward import get_activation
+from keras_attn.layers.heads.tied_vocabulary_projection import TiedVocabularyProjection
+from keras_attn.layers.heads.vocabulary_projection import VocabularyProjection
 from keras_attn.layers.legacy_config import migrate_attention_config
-from keras_attn.layers.padding_mask import PaddingMask
-from keras_attn.layers.rms_normalization import RMSNormalization
-from keras_attn.layers.tied_vocabulary_projection import TiedVocabularyProjection
-from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
-from keras_attn.layers.transformer_block_base import NORMALIZATIONS
-from keras_attn.layers.vocabulary_projection import VocabularyProjection
+from keras_attn.layers.normalization.rms_normalization import RMSNormalization
 from keras_attn.models.model_features import ModelFeaturesMixin
 from keras_attn.models.preset_io import PresetMixin
 from keras_attn.models.token_inputs import (
@@ -66,7 +68,7 @@ BASE_MODEL_ARGUMENTS = ("name", "trainable")
 
 def check_activation(value, name):
     """A Keras activation (name, serialized or callable) or a gated one's
-    name (`keras_attn.layers.feed_forward.GATED_ACTIVATIONS`), returned as
+    name (`keras_attn.layers.blocks.feed_forward.GATED_ACTIVATIONS`), returned as
     given: the feed-forward network's check (`get_activation`), under the
     model's argument name."""
     get_activation(value, name)
@@ -90,7 +92,7 @@ def position_bias_argument(
     """`{keyword: bias}` for a block's call, or `{}` without a bias layer.
 
     `bias_layer` is the model's `attention_bias_layer` of its position
-    scheme (see `keras_attn.layers.position_schemes`), `None` for the
+    scheme (see `keras_attn.layers.positions.position_schemes`), `None` for the
     schemes that add to the embeddings: the blocks then get no argument
     at all.
 

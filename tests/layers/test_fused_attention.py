@@ -16,7 +16,7 @@ from keras import ops
 from layer_harness import gradient
 
 from keras_attn.layers import MultiHeadAttention, scaled_dot_product_attention
-from keras_attn.layers.fused_attention import (
+from keras_attn.layers.attention.fused_attention import (
     choose_attention_kernel,
     device_platform,
     fused_dot_product_attention,

@@ -15,7 +15,7 @@ from keras import ops
 from layer_harness import run_layer_test
 
 from keras_attn.layers import FeedForward
-from keras_attn.layers.feed_forward import GATED_ACTIVATIONS
+from keras_attn.layers.blocks.feed_forward import GATED_ACTIVATIONS
 
 _erf = np.vectorize(math.erf)
 

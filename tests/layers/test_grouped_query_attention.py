@@ -12,7 +12,7 @@ from keras import ops
 from layer_harness import run_layer_test
 
 from keras_attn.layers import GroupedQueryAttention, MultiHeadAttention
-from keras_attn.layers.attention_core import compute_attention
+from keras_attn.layers.attention.attention_core import compute_attention
 
 BATCH, QUERY_LEN, KEY_LEN, DIM, HEADS, HEAD_DIM = 2, 5, 6, 8, 4, 4
 

@@ -16,7 +16,7 @@ from keras_attn.layers import (
     MultiHeadAttention,
     TransformerDecoderBlock,
 )
-from keras_attn.layers.attention_core import compute_attention
+from keras_attn.layers.attention.attention_core import compute_attention
 
 BATCH, QUERIES, KEYS, HEADS, HEAD_DIM = 2, 3, 6, 2, 4
 # (batch, query_length, key_length): the last two keys hidden from every

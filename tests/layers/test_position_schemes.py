@@ -1,4 +1,4 @@
-"""`keras_attn.layers.position_schemes`: the registry, the first two schemes
+"""`keras_attn.layers.positions.position_schemes`: the registry, the first two schemes
 and rotary's answers.
 
 What a model asks of its position scheme is answered the same way for the
@@ -24,7 +24,7 @@ from keras_attn.layers import (
     TokenAndPositionEmbedding,
     position_schemes,
 )
-from keras_attn.layers.position_schemes import (
+from keras_attn.layers.positions.position_schemes import (
     AlibiPositions,
     LearnedPositions,
     PositionScheme,

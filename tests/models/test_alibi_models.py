@@ -1,6 +1,6 @@
 """`position="alibi"`: ALiBi as a position scheme of the zoo models (#38).
 
-ALiBi is one registered `PositionScheme` (`keras_attn.layers.position_schemes`):
+ALiBi is one registered `PositionScheme` (`keras_attn.layers.positions.position_schemes`):
 the models, blocks and attention layers are those of every other scheme.
 References: the paper's equation and reference code in NumPy (the bias each
 block receives), the same model's full pass (cached decoding, with and
@@ -20,7 +20,7 @@ from keras_attn.layers import (
     TokenAndPositionEmbedding,
     position_schemes,
 )
-from keras_attn.layers.position_schemes import AlibiPositions
+from keras_attn.layers.positions.position_schemes import AlibiPositions
 
 
 def paper_slopes(num_heads):

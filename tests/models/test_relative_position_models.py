@@ -1,6 +1,6 @@
 """`position="relative"`: T5's relative position bias as a position scheme.
 
-T5's bias is one registered `PositionScheme` (`keras_attn.layers.position_schemes`)
+T5's bias is one registered `PositionScheme` (`keras_attn.layers.positions.position_schemes`)
 whose bias has weights: the scheme gives the models a layer of its own
 (`attention_bias_layer`), one per stack, shared by the stack's blocks as in
 T5. The models, blocks and attention layers are those of every other scheme.
@@ -20,7 +20,7 @@ from keras_attn.layers import (
     TokenAndPositionEmbedding,
     position_schemes,
 )
-from keras_attn.layers.position_schemes import RelativeBias, RelativePositions
+from keras_attn.layers.positions.position_schemes import RelativeBias, RelativePositions
 
 THREE_HEADS = dict(hidden_dim=24, num_heads=3, intermediate_dim=48)
 # Each stack's blocks, its bias layer, and whether its queries see later keys.

@@ -37,7 +37,10 @@ from keras_attn.layers import (
     TransformerEncoderBlock,
     apply_rotary,
 )
-from keras_attn.layers.position_schemes import RotaryPositions, SinusoidalPositions
+from keras_attn.layers.positions.position_schemes import (
+    RotaryPositions,
+    SinusoidalPositions,
+)
 from keras_attn.models import Transformer, TransformerLM
 
 BACKEND = keras.backend.backend()

@@ -111,7 +111,7 @@ def as_bool_mask(mask, argument_name):
 
     Example:
 
-    >>> mask = keras_attn.layers.masking.as_bool_mask([[1, 1, 0]], "padding_mask")
+    >>> mask = keras_attn.layers.attention.masking.as_bool_mask([[1, 1, 0]], "padding_mask")
     >>> keras.ops.convert_to_numpy(mask).tolist()
     [[True, True, False]]
     """

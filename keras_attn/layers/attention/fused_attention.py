@@ -40,7 +40,7 @@ attention): there the head is repeated before the call.
 import keras
 from keras import ops
 
-from keras_attn.layers.grouped_heads import repeat_key_value_heads
+from keras_attn.layers.attention.grouped_heads import repeat_key_value_heads
 
 # cuDNN's flash attention takes half precision only.
 CUDNN_DTYPES = ("float16", "bfloat16")

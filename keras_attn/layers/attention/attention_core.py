@@ -12,12 +12,12 @@ each of its paths (explicit, fused, cached, `attention_axes`, sliding
 window). Two ways to the same numbers:
 
 - the fused path, `keras.ops.dot_product_attention` with its kernel chosen
-  up front (`keras_attn.layers.fused_attention`), when neither the weights
+  up front (`keras_attn.layers.attention.fused_attention`), when neither the weights
   nor attention dropout are needed;
 - the explicit path below, which can return the weights.
 
 Keys and values may have fewer heads than the queries (grouped-query and
-multi-query attention, `keras_attn.layers.grouped_heads`).
+multi-query attention, `keras_attn.layers.attention.grouped_heads`).
 
 Masks are boolean, `True` meaning "may attend". A query row with no key to
 attend gets zero weights and a zero output, never NaN, in every dtype.
@@ -29,18 +29,18 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attn.layers.fast_dropout import fast_dropout
-from keras_attn.layers.fused_attention import (
+from keras_attn.layers.attention.fused_attention import (
     fused_dot_product_attention,
     fused_path_runs,
 )
-from keras_attn.layers.grouped_heads import (
+from keras_attn.layers.attention.grouped_heads import (
     check_grouped_heads,
     grouped_scores,
     grouped_weighted_values,
     per_key_head,
 )
-from keras_attn.layers.masking import causal_mask
+from keras_attn.layers.attention.masking import causal_mask
+from keras_attn.layers.fast_dropout import fast_dropout
 
 # Added to masked scores before the softmax. Finite, so a fully masked row is
 # a uniform softmax (then zeroed) rather than `exp(-inf - -inf) = NaN`.
@@ -254,7 +254,7 @@ def compute_attention(
     >>> q = keras.random.normal((2, 5, 4, 8))
     >>> k = v = keras.random.normal((2, 7, 4, 8))
     >>> bias = keras.random.normal((4, 5, 7))  # one bias per head
-    >>> out, _ = keras_attn.layers.attention_core.compute_attention(
+    >>> out, _ = keras_attn.layers.attention.attention_core.compute_attention(
     ...     q, k, v, bias=bias)
     >>> tuple(out.shape)
     (2, 5, 4, 8)

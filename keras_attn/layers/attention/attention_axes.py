@@ -1,7 +1,7 @@
 """Attention over several axes (`attention_axes`) as a change of layout.
 
 `keras_attn.layers.MultiHeadAttention` attends along one sequence axis in
-`keras_attn.layers.attention_core`, whose inputs are `(batch, length, heads,
+`keras_attn.layers.attention.attention_core`, whose inputs are `(batch, length, heads,
 head_dim)`. Inputs of higher rank, such as images `(batch, height, width,
 channels)` attended over `attention_axes=(1, 2)`, are brought to that layout:
 the axes not attended over join the batch, the attended axes are flattened

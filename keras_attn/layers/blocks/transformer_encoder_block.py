@@ -2,8 +2,8 @@
 
 import keras
 
-from keras_attn.layers.masking import as_bool_mask, merge_attention_masks
-from keras_attn.layers.transformer_block_base import (
+from keras_attn.layers.attention.masking import as_bool_mask, merge_attention_masks
+from keras_attn.layers.blocks.transformer_block_base import (
     TransformerBlockBase,
     check_sequence_shape,
 )

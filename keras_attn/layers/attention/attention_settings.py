@@ -2,7 +2,7 @@
 
 A setting that several levels need (model -> block -> `MultiHeadAttention`)
 is made and checked once, here, and handed down as this object, the way a
-position scheme is (`keras_attn.layers.position_schemes`). Each field
+position scheme is (`keras_attn.layers.positions.position_schemes`). Each field
 declares its check; a new setting is one field (`_setting(default, check)`),
 and reaches `MultiHeadAttention` through `layer_arguments()` under its own
 name, which is the layer's argument of that name.
@@ -12,8 +12,8 @@ import dataclasses
 
 import keras
 
-from keras_attn.layers.attention_arguments import check_head_dim
-from keras_attn.layers.query_key_heads import (
+from keras_attn.layers.attention.attention_arguments import check_head_dim
+from keras_attn.layers.attention.query_key_heads import (
     check_num_key_value_heads,
     check_rotary_arguments,
 )

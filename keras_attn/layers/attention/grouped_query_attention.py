@@ -2,9 +2,9 @@
 
 import keras
 
-from keras_attn.layers.attention_arguments import check_head_dim
-from keras_attn.layers.multi_head_attention import MultiHeadAttention
-from keras_attn.layers.query_key_heads import check_num_key_value_heads
+from keras_attn.layers.attention.attention_arguments import check_head_dim
+from keras_attn.layers.attention.multi_head_attention import MultiHeadAttention
+from keras_attn.layers.attention.query_key_heads import check_num_key_value_heads
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

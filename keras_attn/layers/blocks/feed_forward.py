@@ -5,8 +5,8 @@ import keras
 from keras import ops
 
 from keras_attn.layers._last_axis_matmul import flattens_positions
+from keras_attn.layers.blocks.position_wise_dense import PositionwiseDense
 from keras_attn.layers.fast_dropout import FastDropout
-from keras_attn.layers.position_wise_dense import PositionwiseDense
 from keras_attn.validation import check_bool, check_positive_int, check_rate
 
 # The gated activations `FeedForward` takes by name, and the activation each

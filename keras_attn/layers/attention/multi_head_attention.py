@@ -4,17 +4,17 @@
 and stores its arguments, `build` makes the projections, `call` projects,
 merges the masks and hands the heads to `_compute_attention` (Keras's
 override point), which runs the one attention core
-(`keras_attn.layers.attention_core.compute_attention`). Cached decoding
+(`keras_attn.layers.attention.attention_core.compute_attention`). Cached decoding
 splits a call in two: `compute_key_value`, then `call_with_key_value`.
 Inputs of rank > 3 (`attention_axes`) are brought to a sequence's layout
-around the same core (`keras_attn.layers.attention_axes.AxesLayout`).
+around the same core (`keras_attn.layers.attention.attention_axes.AxesLayout`).
 """
 
 import math
 
 import keras
 
-from keras_attn.layers.attention_arguments import (
+from keras_attn.layers.attention.attention_arguments import (
     check_flash_attention,
     check_head_dim,
     check_input_shapes,
@@ -23,24 +23,27 @@ from keras_attn.layers.attention_arguments import (
     standardize_attention_axes,
     standardize_output_shape,
 )
-from keras_attn.layers.attention_axes import (
+from keras_attn.layers.attention.attention_axes import (
     AxesLayout,
     normalize_attention_axes,
     projection_equation,
 )
-from keras_attn.layers.attention_core import as_attention_bias, compute_attention
-from keras_attn.layers.attention_projection import AttentionProjection
-from keras_attn.layers.grouped_heads import repeat_key_value_heads
-from keras_attn.layers.legacy_config import migrate_attention_config
-from keras_attn.layers.masking import as_bool_mask, merge_attention_masks
-from keras_attn.layers.masks_over_axes import masks_to_sequence
-from keras_attn.layers.query_key_heads import (
+from keras_attn.layers.attention.attention_core import (
+    as_attention_bias,
+    compute_attention,
+)
+from keras_attn.layers.attention.attention_projection import AttentionProjection
+from keras_attn.layers.attention.grouped_heads import repeat_key_value_heads
+from keras_attn.layers.attention.masking import as_bool_mask, merge_attention_masks
+from keras_attn.layers.attention.masks_over_axes import masks_to_sequence
+from keras_attn.layers.attention.query_key_heads import (
     HeadRotation,
     check_num_key_value_heads,
     check_rotation_rank,
     head_norm,
     transform_heads,
 )
+from keras_attn.layers.legacy_config import migrate_attention_config
 from keras_attn.validation import (
     check_bool,
     check_epsilon,
@@ -55,7 +58,7 @@ class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention: `Concat(head_1, ..., head_h) W^O`.
 
     Each head is `Attention(Q W_i^Q, K W_i^K, V W_i^V)` (equation (1) of the
-    paper) computed by `keras_attn.layers.attention_core.compute_attention`,
+    paper) computed by `keras_attn.layers.attention.attention_core.compute_attention`,
     so the fused `keras.ops.dot_product_attention` kernel is used whenever
     the attention weights and attention dropout are not needed.
 
@@ -536,7 +539,7 @@ class MultiHeadAttention(keras.layers.Layer):
             masked_keys_are_finite: bool, whether the keys and values that
                 no query attends are known finite (a zeroed cache), so the
                 guard that zeroes them is skipped (see
-                `keras_attn.layers.attention_core.compute_attention`).
+                `keras_attn.layers.attention.attention_core.compute_attention`).
                 Defaults to `False`.
 
         Returns:

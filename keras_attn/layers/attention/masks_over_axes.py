@@ -1,15 +1,15 @@
 """The masks and bias of attention over `attention_axes`, as a sequence's.
 
 `MultiHeadAttention` attends over the `attention_axes` of inputs of rank
-> 3 by flattening them into one sequence (`keras_attn.layers.attention_axes.
+> 3 by flattening them into one sequence (`keras_attn.layers.attention.attention_axes.
 AxesLayout`; the axes not attended over join the batch). Its masks come in
 Keras's layout without a heads axis, its bias in Keras's scores layout;
 `masks_to_sequence` brings them to the sequence's, where the one mask merge
 (`merge_attention_masks`) and the attention core take them.
 """
 
-from keras_attn.layers.attention_core import as_attention_bias
-from keras_attn.layers.masking import as_bool_mask, merge_attention_masks
+from keras_attn.layers.attention.attention_core import as_attention_bias
+from keras_attn.layers.attention.masking import as_bool_mask, merge_attention_masks
 
 
 def masks_to_sequence(layout, masks, attention_bias, projected, sequence):

@@ -3,13 +3,17 @@
 import keras
 from keras import ops
 
-from keras_attn.layers.cache_index import resolve_cache_index
-from keras_attn.layers.masking import as_bool_mask, causal_mask, merge_attention_masks
-from keras_attn.layers.stacked_decoder_cache import (
+from keras_attn.layers.attention.cache_index import resolve_cache_index
+from keras_attn.layers.attention.masking import (
+    as_bool_mask,
+    causal_mask,
+    merge_attention_masks,
+)
+from keras_attn.layers.blocks.stacked_decoder_cache import (
     StackedDecoderCacheMixin,
     uses_stacked_cache,
 )
-from keras_attn.layers.transformer_block_base import (
+from keras_attn.layers.blocks.transformer_block_base import (
     TransformerBlockBase,
     check_sequence_shape,
 )
@@ -103,7 +107,7 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         cross_attention_cache, cross_attention_cache_update_index:
             keras-hub's `TransformerDecoder` cache call, served by the same
             code as `call_cached` (which new code should use) through the
-            adapter of `keras_attn.layers.stacked_decoder_cache`: stacked
+            adapter of `keras_attn.layers.blocks.stacked_decoder_cache`: stacked
             caches `(batch, 2, length, kv_heads, head_dim)`. The update
             indices are checked (integers) or clipped (tensors) as
             `call_cached`'s `cache_index`.
@@ -330,7 +334,7 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
                 outside that range is a `ValueError`; a tensor (the
                 decoding loop's, traced or eager) is clipped into it, and
                 the step runs at the clipped index, the same on every
-                backend (`keras_attn.layers.cache_index`).
+                backend (`keras_attn.layers.attention.cache_index`).
             cross_attention_cache: `(keys, values)` from
                 `compute_cross_attention_cache`; required with
                 cross-attention.

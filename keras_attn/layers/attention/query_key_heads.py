@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 from keras import ops
 
-from keras_attn.layers.attention_arguments import check_head_dim
-from keras_attn.layers.rms_normalization import RMSNormalization
-from keras_attn.layers.rotary_embedding import apply_rotary
+from keras_attn.layers.attention.attention_arguments import check_head_dim
+from keras_attn.layers.normalization.rms_normalization import RMSNormalization
+from keras_attn.layers.positions.rotary_embedding import apply_rotary
 from keras_attn.validation import (
     check_divisible,
     check_max_wavelength,

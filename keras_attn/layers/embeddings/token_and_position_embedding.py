@@ -5,8 +5,8 @@ import math
 import keras
 from keras import ops
 
-from keras_attn.layers import position_schemes
 from keras_attn.layers._last_axis_matmul import last_axis_matmul
+from keras_attn.layers.positions import position_schemes
 from keras_attn.validation import check_bool, check_choice, check_positive_int
 
 
@@ -35,7 +35,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             learned positions; sinusoids have no limit).
         embedding_dim: int, the model dimension `d_model`.
         position: the name of a position scheme (see
-            `keras_attn.layers.position_schemes`): `"sinusoidal"` (section
+            `keras_attn.layers.positions.position_schemes`): `"sinusoidal"` (section
             3.5) or `"learned"`. Defaults to `"sinusoidal"`.
         scale_by_sqrt_dim: bool, multiply token embeddings by
             `sqrt(embedding_dim)` as in section 3.4. Defaults to `True`.

@@ -14,7 +14,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attn.layers.masking import relative_positions
+from keras_attn.layers.attention.masking import relative_positions
 from keras_attn.validation import check_bool, check_positive_int, is_integer
 
 

@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_attn.layers.position_wise_dense import PositionwiseDense
+from keras_attn.layers.blocks.position_wise_dense import PositionwiseDense
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

@@ -9,8 +9,8 @@ two outside that path, so code written for keras-hub runs unchanged.
 import keras
 from keras import ops
 
-from keras_attn.layers.cache_index import resolve_cache_index
-from keras_attn.layers.masking import merge_attention_masks
+from keras_attn.layers.attention.cache_index import resolve_cache_index
+from keras_attn.layers.attention.masking import merge_attention_masks
 
 # keras-hub's cache call arguments, in the order `call` gathers them.
 STACKED_CACHE_ARGUMENTS = (

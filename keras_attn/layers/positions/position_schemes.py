@@ -27,7 +27,7 @@ block (`attention_bias=` of an encoder block, `self_attention_bias=` of a
 decoder block), give every block the scheme's `block_arguments()` (in its attention settings),
 and pass nothing at all for the schemes that add to the embeddings, at no
 cost. The bias layers a model holds, `PositionBias` and `RelativeBias`,
-are in `keras_attn.layers.position_bias_layers`.
+are in `keras_attn.layers.positions.position_bias_layers`.
 """
 
 import dataclasses
@@ -35,11 +35,11 @@ import typing
 
 import keras
 
-from keras_attn.layers.alibi_bias import alibi_bias
-from keras_attn.layers.position_bias_layers import PositionBias, RelativeBias
-from keras_attn.layers.position_embedding import PositionEmbedding
-from keras_attn.layers.relative_position_bias import check_bucket_arguments
-from keras_attn.layers.sinusoidal_position_encoding import (
+from keras_attn.layers.positions.alibi_bias import alibi_bias
+from keras_attn.layers.positions.position_bias_layers import PositionBias, RelativeBias
+from keras_attn.layers.positions.position_embedding import PositionEmbedding
+from keras_attn.layers.positions.relative_position_bias import check_bucket_arguments
+from keras_attn.layers.positions.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
 from keras_attn.validation import (
@@ -93,7 +93,7 @@ def get(identifier, sequence_length=None, num_heads=None):
 
     Example:
 
-    >>> scheme = keras_attn.layers.position_schemes.get(
+    >>> scheme = keras_attn.layers.positions.position_schemes.get(
     ...     "learned", sequence_length=512)
     >>> scheme.adds_to_embeddings, scheme.max_length
     (True, 512)
@@ -317,7 +317,7 @@ class AlibiPositions(PositionScheme):
     """ALiBi: no position embedding, a linear distance penalty per head.
 
     Head `h` adds `-slope_h * |query_position - key_position|` to its
-    scores (`keras_attn.layers.alibi_bias`; the slopes are
+    scores (`keras_attn.layers.positions.alibi_bias`; the slopes are
     `keras_attn.layers.alibi_slopes`). A decoder's causal mask leaves only
     keys at or before the query, so its bias is the paper's
     `-slope_h * (i - j)`; an encoder's queries see keys on both sides and
@@ -334,7 +334,7 @@ class AlibiPositions(PositionScheme):
 
     Example:
 
-    >>> scheme = keras_attn.layers.position_schemes.get("alibi", num_heads=2)
+    >>> scheme = keras_attn.layers.positions.position_schemes.get("alibi", num_heads=2)
     >>> scheme.adds_to_embeddings, scheme.max_length
     (False, None)
     >>> bias = scheme.attention_bias(1, 3, query_offset=2)  # a cached step
@@ -410,7 +410,7 @@ class RelativePositions(PositionScheme):
 
     Example:
 
-    >>> scheme = keras_attn.layers.position_schemes.get("relative", num_heads=2)
+    >>> scheme = keras_attn.layers.positions.position_schemes.get("relative", num_heads=2)
     >>> scheme.adds_to_embeddings, scheme.max_length
     (False, None)
     >>> layer = scheme.attention_bias_layer(bidirectional=False)
@@ -501,7 +501,7 @@ class RotaryPositions(PositionScheme):
 
     Example:
 
-    >>> scheme = keras_attn.layers.position_schemes.get("rotary", num_heads=4)
+    >>> scheme = keras_attn.layers.positions.position_schemes.get("rotary", num_heads=4)
     >>> scheme.adds_to_embeddings, scheme.max_length
     (False, None)
     >>> scheme.block_arguments()

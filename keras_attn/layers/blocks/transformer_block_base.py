@@ -2,18 +2,18 @@
 
 import keras
 
-from keras_attn.layers import attention_arguments
-from keras_attn.layers.attention_settings import AttentionSettings
-from keras_attn.layers.fast_dropout import FastDropout
-from keras_attn.layers.feed_forward import (
+from keras_attn.layers.attention import attention_arguments
+from keras_attn.layers.attention.attention_settings import AttentionSettings
+from keras_attn.layers.attention.multi_head_attention import MultiHeadAttention
+from keras_attn.layers.blocks.feed_forward import (
     FeedForward,
     get_activation,
     serialize_activation,
 )
-from keras_attn.layers.layer_norm import LayerNorm
+from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.legacy_config import migrate_block_config
-from keras_attn.layers.multi_head_attention import MultiHeadAttention
-from keras_attn.layers.rms_normalization import RMSNormalization
+from keras_attn.layers.normalization.layer_norm import LayerNorm
+from keras_attn.layers.normalization.rms_normalization import RMSNormalization
 from keras_attn.validation import (
     check_bool,
     check_choice,

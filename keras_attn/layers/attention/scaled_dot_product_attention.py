@@ -1,8 +1,11 @@
 """Scaled dot-product attention, section 3.2.1 of the paper."""
 
-from keras_attn.layers.attention_arguments import check_flash_attention
-from keras_attn.layers.attention_core import as_attention_bias, compute_attention
-from keras_attn.layers.masking import as_bool_mask
+from keras_attn.layers.attention.attention_arguments import check_flash_attention
+from keras_attn.layers.attention.attention_core import (
+    as_attention_bias,
+    compute_attention,
+)
+from keras_attn.layers.attention.masking import as_bool_mask
 
 
 def scaled_dot_product_attention(
@@ -27,10 +30,10 @@ def scaled_dot_product_attention(
     mixed-precision policy.
 
     The mask and bias are checked here, then
-    `keras_attn.layers.attention_core.compute_attention` computes it: when
+    `keras_attn.layers.attention.attention_core.compute_attention` computes it: when
     neither attention scores nor attention dropout are needed (and values
     have the keys' head size), with `keras.ops.dot_product_attention`, the backend's fused kernel, with the
-    kernel chosen before the call (`keras_attn.layers.fused_attention`):
+    kernel chosen before the call (`keras_attn.layers.attention.fused_attention`):
     cuDNN's flash attention on a GPU where it accepts the call, XLA's
     dot-product attention elsewhere, and never a failed try. Otherwise the
     explicit path computes the same equation and can return the weights.
@@ -67,7 +70,7 @@ def scaled_dot_product_attention(
 
     >>> q = keras.random.normal((2, 5, 4, 8))
     >>> k = v = keras.random.normal((2, 7, 4, 8))
-    >>> out = keras_attn.layers.scaled_dot_product_attention(q, k, v)
+    >>> out = keras_attn.layers.attention.scaled_dot_product_attention(q, k, v)
     >>> tuple(out.shape)
     (2, 5, 4, 8)
 

@@ -3,7 +3,7 @@
 A model that biases its attention scores holds one bias layer per stack of
 blocks and calls it once per pass (or cached step), handing the bias to
 every block of the stack. `PositionScheme.attention_bias_layer` builds it
-(see `keras_attn.layers.position_schemes`): `PositionBias` wraps a
+(see `keras_attn.layers.positions.position_schemes`): `PositionBias` wraps a
 scheme's weightless `attention_bias` (ALiBi), `RelativeBias` holds the
 weights of T5's learned bias. Both are called as `layer(query_sequence,
 key_sequence=None, query_offset=0)`; only the sequences' lengths are used.
@@ -12,7 +12,7 @@ key_sequence=None, query_offset=0)`; only the sequences' lengths are used.
 import keras
 from keras import ops
 
-from keras_attn.layers.relative_position_bias import RelativePositionBias
+from keras_attn.layers.positions.relative_position_bias import RelativePositionBias
 
 
 class PositionBias(keras.layers.Layer):

@@ -1,0 +1,1 @@
+"""Output heads: vocabulary projections and sequence pooling."""

@@ -1,0 +1,1 @@
+"""Layer normalization and RMS normalization."""

@@ -1,0 +1,1 @@
+"""Position schemes: sinusoidal, learned, rotary, ALiBi and relative position bias."""
