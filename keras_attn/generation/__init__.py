@@ -8,13 +8,26 @@ sequences have ended. How the next token is chosen is a sampler object
 sampler; `SequenceGenerator` runs them compiled (XLA on JAX, `tf.function`
 on TensorFlow). `greedy_search`, `beam_search` and `sample` are one-line
 shorthands for `generate_seq2seq` with a sampler, kept for the paper's
-vocabulary (`beam_size`, `top_k`); new code passes a sampler.
+vocabulary (`beam_size`, `top_k`); new code passes a sampler. Logits
+processors (`RepetitionPenalty`, `NoRepeatNGram`, `MinNewTokens`,
+`BannedTokens`, `BannedSequences`, `MinP`) steer any sampler from inside
+the loop (`processors=[...]`).
 """
 
 from keras_attn.generation import samplers as samplers
 from keras_attn.generation.beam_search import beam_search
 from keras_attn.generation.causal_lm import generate_lm
 from keras_attn.generation.greedy_search import greedy_search
+from keras_attn.generation.logits_processors import (
+    BannedSequences,
+    BannedTokens,
+    DecodingContext,
+    LogitsProcessor,
+    MinNewTokens,
+    MinP,
+    NoRepeatNGram,
+    RepetitionPenalty,
+)
 from keras_attn.generation.samplers import (
     BeamSampler,
     GreedySampler,
@@ -30,9 +43,17 @@ from keras_attn.generation.seq2seq import generate_seq2seq
 from keras_attn.generation.sequence_generator import SequenceGenerator
 
 __all__ = [
+    "BannedSequences",
+    "BannedTokens",
     "BeamSampler",
+    "DecodingContext",
     "GreedySampler",
+    "LogitsProcessor",
+    "MinNewTokens",
+    "MinP",
+    "NoRepeatNGram",
     "RandomSampler",
+    "RepetitionPenalty",
     "Sampler",
     "SequenceGenerator",
     "TopKSampler",

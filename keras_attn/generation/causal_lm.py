@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_attn.generation import samplers as samplers_lib
 from keras_attn.generation.decoding_inputs import (
-    check_distinct_ids,
+    check_end_ids,
     check_max_length_for,
     check_token_batch,
     empty_result,
@@ -16,9 +16,10 @@ from keras_attn.generation.decoding_loop import (
     generate_tokens,
     reorder_self_attention,
 )
+from keras_attn.generation.logits_processors import check_processors
 from keras_attn.generation.samplers import check_sampling_args, from_strategy
 from keras_attn.generation.seq2seq import decoding_result
-from keras_attn.validation import check_bool, check_choice, check_token_id
+from keras_attn.validation import check_bool, check_choice
 
 LM_STRATEGIES = ("greedy", "sample")
 # `generate_lm`'s sampler options and their defaults: with `sampler=`, these
@@ -86,8 +87,9 @@ def check_prompt(model, prompt_tokens, max_length):
 def _check_prompt(model, prompt_tokens, max_length, end_id):
     """Checks `generate_lm`'s arguments; returns `(prompts, max_length, end_id)`."""
     prompt_tokens = check_prompt(model, prompt_tokens, max_length)
-    end_id = check_token_id(end_id, "end_id", model.vocabulary_size, allow_none=True)
-    check_distinct_ids(None, end_id, model.pad_id)
+    end_id = check_end_ids(
+        end_id, model.vocabulary_size, pad_id=model.pad_id, allow_none=True
+    )
     return prompt_tokens, int(max_length), end_id
 
 
@@ -154,6 +156,7 @@ def generate_lm(
     end_id=None,
     use_cache=True,
     sampler=None,
+    processors=None,
 ):
     """Continues prompts with a causal language model.
 
@@ -188,13 +191,18 @@ def generate_lm(
             (all). Sampling only.
         temperature: float >= `1e-6`. Defaults to `1.0`. Sampling only.
         seed: int or `keras.random.SeedGenerator`. Defaults to `None`.
-        end_id: int, the id that ends a sequence. Defaults to `None` (run to
+        end_id: int, the id that ends a sequence, or a list of ids (a
+            sequence ends at any of them). Defaults to `None` (run to
             `max_length`).
         use_cache: bool, whether to use the key/value cache. `False`
             recomputes the whole sequence at every step. Defaults to `True`.
         sampler: a `keras_attn.generation.Sampler` or its name; when given,
             `strategy`, `top_k`, `top_p`, `temperature` and `seed` must keep
             their defaults. Defaults to `None` (use `strategy`).
+        processors: a list of `keras_attn.generation.LogitsProcessor`
+            applied, in order, to the logits of every step before the
+            sampler (`MinNewTokens` counts the tokens after each row's
+            prompt). Defaults to `None` (none).
 
     Returns:
         A dict with `"tokens"`, int32 `(batch, max_length)` (the prompt,
@@ -219,6 +227,7 @@ def generate_lm(
     )
     sampler = _resolve_sampler(sampler, options)
     use_cache = check_bool(use_cache, "use_cache")
+    processors = check_processors(processors, model.vocabulary_size)
     prompt_tokens, max_length, end_id = _check_prompt(
         model, prompt_tokens, max_length, end_id
     )
@@ -241,5 +250,6 @@ def generate_lm(
         suppressed_ids=(model.pad_id,),
         first_index=first_index,
         reorder=reorder,
+        processors=processors,
     )
     return decoding_result(tokens, scores, sampler)

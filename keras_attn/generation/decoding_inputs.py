@@ -20,11 +20,36 @@ def check_special_token_ids(start_id, end_id, vocabulary_size, pad_id=None):
     """Checks the start and end ids a decoder is given, by their names.
 
     Each must be an id of the vocabulary, and they must differ from each
-    other and from the model's `pad_id` (`check_distinct_ids`).
+    other and from the model's `pad_id` (`check_distinct_ids`). `end_id`
+    may be a list of ids (`check_end_ids`).
     """
     check_token_id(start_id, "start_id", vocabulary_size)
-    check_token_id(end_id, "end_id", vocabulary_size)
-    check_distinct_ids(start_id, end_id, pad_id)
+    return check_end_ids(end_id, vocabulary_size, start_id, pad_id)
+
+
+def check_end_ids(
+    end_id, vocabulary_size, start_id=None, pad_id=None, allow_none=False
+):
+    """`end_id`, one id or a non-empty list of ids, checked; a tuple for a list.
+
+    Every id must lie in the vocabulary and differ from `start_id` and
+    `pad_id` (`check_distinct_ids`); a hypothesis ends at any of them.
+    """
+    if end_id is None and allow_none:
+        return None
+    if not isinstance(end_id, (list, tuple)):
+        end_id = check_token_id(end_id, "end_id", vocabulary_size)
+        check_distinct_ids(start_id, end_id, pad_id)
+        return end_id
+    if not end_id:
+        raise ValueError(
+            "`end_id` must be a token id or a non-empty list of token ids. "
+            f"Received: end_id={end_id!r}"
+        )
+    for token in end_id:
+        check_token_id(token, "end_id", vocabulary_size)
+        check_distinct_ids(start_id, token, pad_id)
+    return tuple(int(token) for token in end_id)
 
 
 def check_distinct_ids(start_id, end_id, pad_id):

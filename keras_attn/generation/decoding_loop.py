@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 import keras
 from keras import ops
 
+from keras_attn.generation.logits_processors import DecodingContext, apply_processors
+
 # Log-probability of the placeholder beams that fill the beam at the start
 # (only the first hypothesis is real then).
 _COPY = -1.0e9
@@ -159,13 +161,20 @@ def initial_state(tokens, beams, first_index, cache):
     )
 
 
-def step_log_probs(step, state, suppressed_ids):
+def step_log_probs(
+    step, state, suppressed_ids, processors=(), prompt_lengths=None, end_ids=()
+):
     """Runs the model one position; returns `(logits, log_probs, cache)`.
 
     Logits and log-probabilities are float32 `(batch, beams, vocabulary)`,
     with `suppressed_ids` suppressed: at `-inf` in the logits (the
     sampler's input, divided by any temperature), at a finite `-1e9` before
-    the log-softmax (the scores).
+    the log-softmax (the scores). The `processors`
+    (`keras_attn.generation.LogitsProcessor`) then change the logits, in
+    order, and the log-probabilities are those of the processed logits
+    (what a processor bans is at `-1e9` before the log-softmax there).
+    `prompt_lengths`, int32 `(batch,)`, and `end_ids` are what the
+    processors read beside the tokens (`DecodingContext`).
     """
     batch_size, beams, total_length = ops.shape(state.tokens)
     # (batch * beams, total_length)
@@ -173,14 +182,46 @@ def step_log_probs(step, state, suppressed_ids):
     logits, cache = step(flat_tokens, state.index, state.cache)
     logits = ops.cast(logits, "float32")
     vocabulary_size = ops.shape(logits)[-1]
+    banned = banned_ids(vocabulary_size, suppressed_ids)  # (vocabulary,)
+    if processors:
+        context = DecodingContext(
+            tokens=flat_tokens,
+            index=state.index,
+            # (batch * beams,)
+            prompt_lengths=ops.repeat(prompt_lengths, beams, axis=0),
+            end_ids=tuple(end_ids),
+        )
+        logits = apply_processors(
+            processors, ops.where(banned, -float("inf"), logits), context
+        )
+        # (batch * beams, vocabulary) -> (batch, beams, vocabulary)
+        logits = ops.reshape(logits, (batch_size, beams, vocabulary_size))
+        # -inf becomes the finite -1e9 of suppressed ids: sums stay NaN-free.
+        return logits, ops.log_softmax(ops.maximum(logits, -1.0e9), axis=-1), cache
     # (batch * beams, vocabulary) -> (batch, beams, vocabulary)
     logits = ops.reshape(logits, (batch_size, beams, vocabulary_size))
-    banned = banned_ids(vocabulary_size, suppressed_ids)  # (vocabulary,)
     # The scores take a finite value (sums stay NaN-free); the sampler gets
     # `-inf`, which no temperature brings back (a finite -1e9 divided by a
     # temperature of 1e9 is -1, as likely as any token).
     log_probs = ops.log_softmax(ops.where(banned, -1.0e9, logits), axis=-1)
     return ops.where(banned, -float("inf"), logits), log_probs, cache
+
+
+def end_ids_tuple(end_id):
+    """`end_id` (an int, a sequence of ints, or `None`) as a tuple of ints."""
+    if end_id is None:
+        return ()
+    if isinstance(end_id, (list, tuple)):
+        return tuple(int(token) for token in end_id)
+    return (int(end_id),)
+
+
+def is_end(ids, end_ids):
+    """bool, the shape of `ids`: `True` where an id is one of `end_ids`."""
+    ended = ops.zeros_like(ids, "bool")
+    for end_id in end_ids:
+        ended = ops.logical_or(ended, ops.equal(ids, end_id))
+    return ended
 
 
 def candidates(state, log_probs, given, pad_id):
@@ -234,10 +275,9 @@ def advance(state, candidates, parents, ids, cache, end_id, pad_id, reorder):
         axis=1,
     )
     ended = was_ended
-    if end_id is not None:
-        ended = ops.logical_or(
-            ended, ops.logical_and(generated, ops.equal(ids, end_id))
-        )
+    end_ids = end_ids_tuple(end_id)
+    if end_ids:
+        ended = ops.logical_or(ended, ops.logical_and(generated, is_end(ids, end_ids)))
     tokens = state.tokens
     if beams > 1:
         tokens = gather_beams(tokens, parents)
@@ -267,6 +307,8 @@ def generate_tokens(
     suppressed_ids=(),
     first_index=0,
     reorder=None,
+    processors=(),
+    prompt_lengths=None,
 ):
     """Fills `tokens` after its given positions, one token per step.
 
@@ -287,7 +329,8 @@ def generate_tokens(
             elsewhere.
         given: bool `(batch, total_length)`, `True` where the token is given.
         sampler: a `keras_attn.generation.Sampler`.
-        end_id: int, or `None` to run until `tokens` is full.
+        end_id: int, a sequence of ints (a hypothesis ends at any of
+            them), or `None` to run until `tokens` is full.
         pad_id: int, the padding id.
         suppressed_ids: ids never generated (padding, start). Defaults to
             `()`.
@@ -295,6 +338,11 @@ def generate_tokens(
             are computed. Defaults to `0`.
         reorder: `(state, flat_parents) -> state`, or `None` when the state
             does not follow the beams. Defaults to `None`.
+        processors: `keras_attn.generation.LogitsProcessor`s applied, in
+            order, to the logits before the sampler. Defaults to `()`.
+        prompt_lengths: int32 `(batch,)`, the given tokens at the start of
+            each row, for the processors. Defaults to `None`, meaning the
+            number of `given` positions.
 
     Returns:
         `(tokens, scores)`: int32 `(batch, beams, total_length)` and float32
@@ -302,6 +350,9 @@ def generate_tokens(
     """
     batch_size, total_length = ops.shape(tokens)[0], ops.shape(tokens)[1]
     draws = sampler.random_draws(total_length - 1, batch_size)
+    end_ids = end_ids_tuple(end_id)
+    if processors and prompt_lengths is None:
+        prompt_lengths = ops.sum(ops.cast(given, "int32"), axis=1)  # (batch,)
 
     def cond(state):
         return ops.logical_and(
@@ -309,7 +360,9 @@ def generate_tokens(
         )
 
     def body(state):
-        logits, log_probs, cache = step_log_probs(step, state, suppressed_ids)
+        logits, log_probs, cache = step_log_probs(
+            step, state, suppressed_ids, processors, prompt_lengths, end_ids
+        )
         options = candidates(state, log_probs, given, pad_id)
         draw = None if draws is None else ops.take(draws, state.index, axis=0)
         parents, ids = sampler.select(logits, options.log_probs, options.lengths, draw)

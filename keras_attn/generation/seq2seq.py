@@ -6,6 +6,7 @@ from keras_attn.generation import samplers as samplers_lib
 from keras_attn.generation.decoding_inputs import (
     check_source,
     check_special_token_ids,
+    check_token_batch,
     empty_result,
     resolve_max_length,
 )
@@ -15,6 +16,7 @@ from keras_attn.generation.decoding_loop import (
     reorder_self_attention,
     uncached_step,
 )
+from keras_attn.generation.logits_processors import check_processors
 from keras_attn.validation import check_bool
 
 
@@ -31,12 +33,50 @@ def _step_and_state(model, encoder_tokens, max_length, beams, use_cache):
     return uncached_step(model), (encoder_output, encoder_mask), None
 
 
-def _start_tokens(batch_size, max_length, start_id, pad_id):
-    """int32 `(batch, max_length + 1)`: the start token, then padding."""
+def _start_tokens(batch_size, max_length, start_id, pad_id, prefix_tokens=None):
+    """`(tokens, given, prompt_lengths)` of the target buffer.
+
+    `tokens`, int32 `(batch, max_length + 1)`: the start token, the prefix
+    (if any), then padding; `given`, bool, `True` at the prefix's tokens;
+    `prompt_lengths`, int32 `(batch,)`: the start token and the prefix.
+    """
     tokens = ops.full((batch_size, max_length + 1), pad_id, "int32")
-    return ops.slice_update(
+    tokens = ops.slice_update(
         tokens, (0, 0), ops.full((batch_size, 1), start_id, "int32")
     )
+    # Only the prefix is given; the loop never asks about the start token.
+    given = ops.zeros((batch_size, max_length + 1), "bool")
+    if prefix_tokens is None:
+        return tokens, given, ops.ones((batch_size,), "int32")
+    tokens = ops.slice_update(tokens, (0, 1), prefix_tokens)
+    given = ops.slice_update(given, (0, 1), ops.not_equal(prefix_tokens, pad_id))
+    return tokens, given, 1 + ops.sum(ops.cast(given, "int32"), axis=1)
+
+
+def check_prefix(model, prefix_tokens, max_length, batch_size):
+    """The target prefixes as int32 `(batch, prefix_length)`, or `None`.
+
+    Right-padded with `model.pad_id`; at most `max_length - 1` long (one
+    token is left to generate) when `max_length` is known.
+    """
+    if prefix_tokens is None:
+        return None
+    prefix_tokens = check_token_batch(
+        prefix_tokens, "prefix_tokens", model.vocabulary_size
+    )
+    if isinstance(batch_size, int) and prefix_tokens.shape[0] not in (None, batch_size):
+        raise ValueError(
+            "`prefix_tokens` must have one row per source sentence, "
+            f"{batch_size}. Received: prefix_tokens.shape={tuple(prefix_tokens.shape)}"
+        )
+    width = prefix_tokens.shape[1]
+    if isinstance(max_length, int) and width is not None and width >= max_length:
+        raise ValueError(
+            "`prefix_tokens` must be shorter than `max_length` (at least one "
+            f"token is generated). Received: prefix_tokens.shape="
+            f"{tuple(prefix_tokens.shape)}, max_length={max_length}"
+        )
+    return prefix_tokens
 
 
 def decoding_result(tokens, scores, sampler):
@@ -55,6 +95,8 @@ def generate_seq2seq(
     sampler="greedy",
     max_length=None,
     use_cache=True,
+    processors=None,
+    prefix_tokens=None,
 ):
     """Translates a batch of source ids with one decoding loop and a sampler.
 
@@ -76,7 +118,8 @@ def generate_seq2seq(
         encoder_tokens: int tensor `(batch, source_length)`, padded with the
             model's `pad_id`.
         start_id: int, the id that starts every target sentence.
-        end_id: int, the id that ends a sentence.
+        end_id: int, the id that ends a sentence, or a list of ids (a
+            sentence ends at any of them).
         sampler: a `keras_attn.generation.Sampler` or its name (`"greedy"`,
             `"beam"`, `"random"`, `"top_k"`, `"top_p"`). Defaults to
             `"greedy"`.
@@ -85,6 +128,14 @@ def generate_seq2seq(
         use_cache: bool, whether to use the key/value cache. `False`
             recomputes the whole decoder at every step (a baseline for
             tests and benchmarks). Defaults to `True`.
+        processors: a list of `keras_attn.generation.LogitsProcessor`
+            applied, in order, to the logits of every step before the
+            sampler. Defaults to `None` (none).
+        prefix_tokens: int tensor `(batch, prefix_length)`, right-padded
+            with the model's `pad_id`: each sentence's target starts with
+            its prefix (forced decoding), then the sampler continues it.
+            The prefix's tokens cost nothing in the scores. Defaults to
+            `None` (no prefix).
 
     Returns:
         A dict with `"tokens"`, int32 `(batch, max_length)` (the sentence,
@@ -104,26 +155,36 @@ def generate_seq2seq(
     (2, 3, 56)
     """
     sampler = samplers_lib.get(sampler)
-    check_special_token_ids(start_id, end_id, model.vocabulary_size, model.pad_id)
+    end_id = check_special_token_ids(
+        start_id, end_id, model.vocabulary_size, model.pad_id
+    )
     use_cache = check_bool(use_cache, "use_cache")
+    processors = check_processors(processors, model.vocabulary_size)
     encoder_tokens = check_source(model, encoder_tokens)
     max_length = resolve_max_length(model, encoder_tokens, max_length)
+    prefix_tokens = check_prefix(
+        model, prefix_tokens, max_length, encoder_tokens.shape[0]
+    )
     if encoder_tokens.shape[0] == 0:
         return decoding_result(*empty_result(sampler, max_length), sampler)
     step, state, reorder = _step_and_state(
         model, encoder_tokens, max_length, sampler.num_beams, use_cache
     )
     batch_size = ops.shape(encoder_tokens)[0]
+    tokens, given, prompt_lengths = _start_tokens(
+        batch_size, max_length, start_id, model.pad_id, prefix_tokens
+    )
     tokens, scores = generate_tokens(
         step,
         state,
-        _start_tokens(batch_size, max_length, start_id, model.pad_id),
-        # Only the start token is given, and the loop never asks about it.
-        ops.zeros((batch_size, max_length + 1), "bool"),
+        tokens,
+        given,
         sampler,
         end_id=end_id,
         pad_id=model.pad_id,
         suppressed_ids=(model.pad_id, start_id),
         reorder=reorder,
+        processors=processors,
+        prompt_lengths=prompt_lengths,
     )
     return decoding_result(tokens[:, :, 1:], scores, sampler)  # start left out

@@ -9,7 +9,7 @@ from keras_attn.generation import samplers as samplers_lib
 from keras_attn.generation.beam_search import beam_search
 from keras_attn.generation.causal_lm import check_prompt, generate_lm
 from keras_attn.generation.decoding_inputs import (
-    check_distinct_ids,
+    check_end_ids,
     check_max_length,
     check_max_length_for,
     check_source,
@@ -18,11 +18,16 @@ from keras_attn.generation.decoding_inputs import (
     resolve_max_length,
 )
 from keras_attn.generation.greedy_search import greedy_search
+from keras_attn.generation.logits_processors import check_processors
 from keras_attn.generation.samplers import from_strategy
 from keras_attn.generation.sampling import sample
-from keras_attn.generation.seq2seq import decoding_result, generate_seq2seq
+from keras_attn.generation.seq2seq import (
+    check_prefix,
+    decoding_result,
+    generate_seq2seq,
+)
 from keras_attn.thread_safety import predict_lock
-from keras_attn.validation import check_bool, check_choice, check_token_id
+from keras_attn.validation import check_bool, check_choice
 
 STRATEGIES = {"greedy": greedy_search, "beam": beam_search, "sample": sample}
 # The options of each strategy that configure its sampler.
@@ -127,9 +132,13 @@ class SequenceGenerator(keras.Model):
             is given.
         start_id: int, the start id (sequence-to-sequence only). Defaults
             to `2`.
-        end_id: int, the end id. Defaults to `3`.
+        end_id: int, the end id, or a list of ids (a sequence ends at any
+            of them). Defaults to `3`.
         sampler: a `keras_attn.generation.Sampler` or its name, in place of
             `strategy`. Defaults to `None`.
+        processors: a list of `keras_attn.generation.LogitsProcessor`,
+            applied in the compiled loop before the sampler. Defaults to
+            `None` (none).
         **options: passed to the strategy (`beam_size`,
             `length_penalty_alpha`, `top_k`, `top_p`, `temperature`, `seed`,
             `max_length`, ...); with `sampler`, `max_length` and `use_cache`.
@@ -145,7 +154,14 @@ class SequenceGenerator(keras.Model):
     """
 
     def __init__(
-        self, model, strategy=None, start_id=2, end_id=3, sampler=None, **options
+        self,
+        model,
+        strategy=None,
+        start_id=2,
+        end_id=3,
+        sampler=None,
+        processors=None,
+        **options,
     ):
         self.is_lm = not hasattr(model, "encode")
         # Every option as given, for the record; the loop's own options
@@ -172,14 +188,14 @@ class SequenceGenerator(keras.Model):
         super().__init__(name=f"{type(sampler).__name__.lower()}_generator")
         self.model = model
         if self.is_lm:
-            check_token_id(end_id, "end_id", model.vocabulary_size)
-            check_distinct_ids(None, end_id, model.pad_id)
+            end_id = check_end_ids(end_id, model.vocabulary_size, pad_id=model.pad_id)
         else:
-            check_special_token_ids(
+            end_id = check_special_token_ids(
                 start_id, end_id, model.vocabulary_size, model.pad_id
             )
         self.start_id = start_id
         self.end_id = end_id
+        self.processors = check_processors(processors, model.vocabulary_size)
         if sampler.is_random:
             seed = sampler.seed
             if not isinstance(seed, keras.random.SeedGenerator):
@@ -205,24 +221,44 @@ class SequenceGenerator(keras.Model):
                 tokens,
                 end_id=self.end_id,
                 sampler=self.sampler,
+                processors=self.processors,
                 **self.decode_options,
             )
+        prefix_tokens = None
+        if isinstance(tokens, dict):
+            tokens, prefix_tokens = tokens["encoder_tokens"], tokens["prefix_tokens"]
         return generate_seq2seq(
             self.model,
             tokens,
             start_id=self.start_id,
             end_id=self.end_id,
             sampler=self.sampler,
+            processors=self.processors,
+            prefix_tokens=prefix_tokens,
             **self.decode_options,
         )
 
-    def generate(self, tokens):
+    def generate(self, tokens, prefix_tokens=None):
         """Decodes a batch of ids; returns a dict of NumPy arrays.
 
         The ids are checked here, before anything is compiled: shape
         `(batch, length)`, an integer dtype, every id in the vocabulary. An
         empty batch gives empty arrays without running the model.
+
+        Args:
+            tokens: int `(batch, length)`: source ids, or an LM's
+                right-padded prompts.
+            prefix_tokens: int `(batch, prefix_length)`, right-padded with
+                the model's `pad_id`: the target's first tokens per source
+                sentence (sequence-to-sequence only). Each prefix width
+                compiles once. Defaults to `None`.
         """
+        if prefix_tokens is not None and self.is_lm:
+            raise ValueError(
+                "`prefix_tokens` is for a sequence-to-sequence model; a "
+                "TransformerLM continues its prompt. Received: prefix_tokens="
+                f"{prefix_tokens!r}"
+            )
         if self.is_lm:
             tokens = check_prompt(self.model, tokens, self.decode_options["max_length"])
             # Every prompt block padded to `max_length` columns (the prompts
@@ -239,8 +275,17 @@ class SequenceGenerator(keras.Model):
         batch_size = tokens.shape[0]
         if batch_size == 0:
             return self._empty_result(tokens)
+        inputs = tokens
+        if prefix_tokens is not None:
+            max_length = resolve_max_length(
+                self.model, tokens, self.decode_options.get("max_length")
+            )
+            prefix_tokens = check_prefix(
+                self.model, prefix_tokens, max_length, batch_size
+            )
+            inputs = {"encoder_tokens": tokens, "prefix_tokens": prefix_tokens}
         with predict_lock(self.model, advances_state=self.sampler.is_random):
-            result = self.predict_on_batch(tokens)
+            result = self.predict_on_batch(inputs)
         return _first_replica(result, self, batch_size)
 
     def _empty_result(self, tokens):

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_attn.generation import SequenceGenerator, samplers
+from keras_attn.generation.logits_processors import check_processors
 from keras_attn.text.task_checks import (
     check_jit_compile,
     check_texts,
@@ -95,8 +96,10 @@ class TextGenerator:
 
         Args:
             preset: the name of a shipped trained preset, such as
-                `"multi30k_en_lm"`, or the path of a directory written by
-                `TransformerLM.save_to_preset(directory, tokenizer=...)`.
+                `"multi30k_en_lm"`, the path of a directory written by
+                `TransformerLM.save_to_preset(directory, tokenizer=...)`, or
+                a Hugging Face causal LM checkpoint (`"hf://owner/name"` or
+                its local directory; `keras_attn.hf.tasks`).
             dtype: the model's dtype policy. Defaults to `None`, meaning the
                 saved one.
             **kwargs: `TextGenerator` arguments (`sampler`, `max_length`,
@@ -105,6 +108,10 @@ class TextGenerator:
         Returns:
             A `TextGenerator`.
         """
+        from keras_attn.hf import files, tasks
+
+        if files.is_hf_checkpoint(preset):  # "hf://owner/name" or its directory
+            return tasks.load_text_generator(cls, preset, dtype=dtype, **kwargs)
         from keras_attn.models import TransformerLM
 
         _, model, tokenizer = load_preset(preset, TransformerLM, dtype)
@@ -121,22 +128,24 @@ class TextGenerator:
             max_value=self.model.max_sequence_length,
         )
 
-    def _generator(self, sampler, max_length):
-        key = (sampler, max_length)
+    def _generator(self, sampler, max_length, processors=()):
+        key = (sampler, max_length, processors)
         with self._generators_lock:
             if key not in self._generators:
                 generator = SequenceGenerator(
                     self.model,
                     sampler=sampler,
                     end_id=self.tokenizer.end_id,
+                    processors=processors,
                     max_length=max_length,
                 )
                 self._generators[key] = compiled(generator, self.jit_compile)
             return self._generators[key]
 
-    def generate_ids(self, prompts, max_length=None, sampler=None):
+    def generate_ids(self, prompts, max_length=None, sampler=None, processors=None):
         """Continues `prompts`; returns `(token_ids, scores)` per prompt."""
         prompts = check_texts(prompts, "prompts")
+        processors = check_processors(processors, self.model.vocabulary_size)
         max_length = (
             self.max_length
             if max_length is None
@@ -156,7 +165,7 @@ class TextGenerator:
             )
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         outputs, scores = [None] * len(ids), [0.0] * len(ids)
-        generator = self._generator(sampler, max_length)
+        generator = self._generator(sampler, max_length, processors)
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
             longest = max(len(ids[i]) for i in batch)
@@ -173,7 +182,7 @@ class TextGenerator:
                 scores[i] = float(result["scores"][row])
         return outputs, scores
 
-    def generate(self, prompts, max_length=None, sampler=None):
+    def generate(self, prompts, max_length=None, sampler=None, processors=None):
         """Continues a list of strings; returns a list of strings.
 
         Args:
@@ -184,11 +193,14 @@ class TextGenerator:
                 `None`, meaning the generator's.
             sampler: a sampler or its name for this call. Defaults to
                 `None`, meaning the generator's.
+            processors: a list of `keras_attn.generation.LogitsProcessor`
+                applied inside the compiled loop (each list compiles once).
+                Defaults to `None` (none).
 
         Returns:
             A list of strings, each its prompt and the continuation.
         """
-        outputs, _ = self.generate_ids(prompts, max_length, sampler)
+        outputs, _ = self.generate_ids(prompts, max_length, sampler, processors)
         if not outputs:
             return []
         texts = self.tokenizer.detokenize(np.asarray(outputs, "int32")).numpy()

@@ -1,12 +1,15 @@
 """Text in, text out: a tokenizer, a `Transformer` and a decoding strategy."""
 
 import math
+import threading
 import warnings
 
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.generation import SequenceGenerator
+from keras_attn.generation import BeamSampler, SequenceGenerator
+from keras_attn.generation.decoding_inputs import resolve_max_length
+from keras_attn.generation.logits_processors import check_processors
 from keras_attn.text.task_checks import (
     check_jit_compile,
     check_texts,
@@ -14,7 +17,12 @@ from keras_attn.text.task_checks import (
     compiled,
     load_preset,
 )
-from keras_attn.validation import check_int, check_positive_int
+from keras_attn.validation import (
+    check_bool,
+    check_int,
+    check_positive_int,
+    check_string_list,
+)
 
 
 def _bucket_length(length, multiple, limit):
@@ -82,6 +90,9 @@ class Translator:
             (`docs/performance.md`, "Compiled decoding on torch"), so it
             pays off for a server, not for a few sentences. Defaults to
             `"auto"`.
+        processors: a list of `keras_attn.generation.LogitsProcessor`
+            applied inside the compiled loop for every call that gives
+            none. Defaults to `None` (none).
         **options: decoding options (`beam_size`, `length_penalty_alpha`,
             `top_k`, `top_p`, `seed`, `max_length`, ...).
 
@@ -102,10 +113,13 @@ class Translator:
         length_multiple=8,
         sampler=None,
         jit_compile="auto",
+        processors=None,
         **options,
     ):
         check_tokenizer_matches(tokenizer, model)
         jit_compile = check_jit_compile(jit_compile)
+        self.jit_compile = jit_compile
+        self.processors = check_processors(processors, model.vocabulary_size)
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = check_positive_int(batch_size, "batch_size")
@@ -131,9 +145,32 @@ class Translator:
             start_id=tokenizer.start_id,
             end_id=tokenizer.end_id,
             sampler=sampler,
+            processors=self.processors,
             **options,
         )
         self.generator = compiled(generator, jit_compile)
+        # One generator per processor list, made once even when threads
+        # ask for it together (a seeded sampler's draws are shared out).
+        self._generators = {self.processors: self.generator}
+        self._generators_lock = threading.Lock()
+
+    def _generator(self, processors):
+        """The compiled generator of `processors` (`None`: the translator's)."""
+        if processors is None:
+            return self.generator
+        processors = check_processors(processors, self.model.vocabulary_size)
+        with self._generators_lock:
+            if processors not in self._generators:
+                generator = SequenceGenerator(
+                    self.model,
+                    start_id=self.tokenizer.start_id,
+                    end_id=self.tokenizer.end_id,
+                    sampler=self.generator.sampler,
+                    processors=processors,
+                    **self.generator.decode_options,
+                )
+                self._generators[processors] = compiled(generator, self.jit_compile)
+            return self._generators[processors]
 
     @classmethod
     def from_preset(
@@ -177,6 +214,19 @@ class Translator:
         >>> translator.translate(["A dog runs."])
         ['Ein Hund rennt.']
         """
+        from keras_attn.hf import files, marian
+
+        if files.is_hf_checkpoint(preset):  # "hf://owner/name" or its directory
+            return marian.load_translator(
+                cls,
+                preset,
+                dtype=dtype,
+                strategy=strategy,
+                beam_size=beam_size,
+                length_penalty_alpha=length_penalty_alpha,
+                sampler=sampler,
+                **options,
+            )
         from keras_attn.models import Transformer
 
         directory, model, tokenizer = load_preset(preset, Transformer, dtype)
@@ -218,18 +268,38 @@ class Translator:
             ]
         return ids
 
-    def translate_ids(self, sentences):
-        """Decodes `sentences`; returns `(token_ids, scores)` per sentence."""
+    def _prefix_ids(self, prefix, count):
+        """Token ids per sentence of `prefix` (a list of strings), or `None`s."""
+        if prefix is None:
+            return [[] for _ in range(count)]
+        prefix = check_string_list(prefix, "prefix")
+        if len(prefix) != count:
+            raise ValueError(
+                "`prefix` must hold one string per sentence, "
+                f"{count}. Received: {len(prefix)} prefixes"
+            )
+        if not prefix:
+            return []
+        return self.tokenizer.tokenize(tf.constant(prefix, tf.string)).to_list()
+
+    def _decode(self, sentences, processors=None, prefix=None):
+        """Every hypothesis per sentence: `(token_ids, scores)`, best first.
+
+        A sampler other than `BeamSampler` gives one hypothesis.
+        """
         sentences = check_texts(sentences, "sentences")
+        generator = self._generator(processors)
         ids = self.encode_sources(sentences)
+        prefixes = self._prefix_ids(prefix, len(ids))
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        outputs, scores = [None] * len(ids), [0.0] * len(ids)
+        outputs, scores = [None] * len(ids), [None] * len(ids)
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
-            # Empty sentences (just the end id) need no model: empty output.
-            todo = [i for i in batch if sentences[i].strip()]
+            # Empty sentences (just the end id) need no model: empty output,
+            # or their prefix.
+            todo = [i for i in batch if sentences[i].strip() or prefixes[i]]
             for i in batch:
-                outputs[i] = []
+                outputs[i], scores[i] = [list(prefixes[i])], [0.0]
             if not todo:
                 continue
             length = _bucket_length(
@@ -240,15 +310,44 @@ class Translator:
             source = np.zeros((len(todo), length), dtype="int32")
             for row, i in enumerate(todo):
                 source[row, : len(ids[i])] = ids[i]
-            result = self.generator.generate(source)
+            prefix_tokens = self._prefix_block(generator, source, prefixes, todo)
+            result = generator.generate(source, prefix_tokens=prefix_tokens)
+            tokens = result.get("beam_tokens", result["tokens"][:, None])
+            beam_scores = result.get("beam_scores", result["scores"][:, None])
             for row, i in enumerate(todo):
-                outputs[i] = result["tokens"][row].tolist()
-                scores[i] = float(result["scores"][row])
+                outputs[i] = [beam.tolist() for beam in tokens[row]]
+                scores[i] = [float(score) for score in beam_scores[row]]
         return outputs, scores
 
-    def translate(self, sentences):
-        """Translates a list of strings; returns a list of strings."""
-        outputs, _ = self.translate_ids(sentences)
+    def _prefix_block(self, generator, source, prefixes, todo):
+        """int32 `(batch, width)` prefixes (a bucketed width), or `None`."""
+        longest = max(len(prefixes[i]) for i in todo)
+        if not any(prefixes[i] for i in todo):
+            return None
+        max_length = resolve_max_length(
+            self.model, source, generator.decode_options.get("max_length")
+        )
+        if longest >= max_length:
+            raise ValueError(
+                f"`prefix` must be shorter than max_length={max_length} pieces "
+                f"(one is left to generate). Received: a prefix of {longest} pieces"
+            )
+        width = min(
+            max_length - 1,
+            self.length_multiple * math.ceil(longest / self.length_multiple),
+        )
+        block = np.full((len(todo), width), self.tokenizer.pad_id, "int32")
+        for row, i in enumerate(todo):
+            block[row, : len(prefixes[i])] = prefixes[i]
+        return block
+
+    def translate_ids(self, sentences, processors=None, prefix=None):
+        """Decodes `sentences`; returns `(token_ids, scores)` per sentence."""
+        outputs, scores = self._decode(sentences, processors, prefix)
+        return [beams[0] for beams in outputs], [beams[0] for beams in scores]
+
+    def _detokenize(self, outputs):
+        """Strings of token id lists."""
         if not outputs:
             return []
         width = max(1, max(len(row) for row in outputs))
@@ -258,6 +357,69 @@ class Translator:
         texts = self.tokenizer.detokenize(dense).numpy()
         return [text.decode("utf-8") for text in texts]
 
-    def generate(self, sentences):
+    def _check_num_return_sequences(self, num_return_sequences, generator):
+        if num_return_sequences is None:
+            return None
+        k = check_positive_int(num_return_sequences, "num_return_sequences")
+        sampler = generator.sampler
+        beams = sampler.num_beams if isinstance(sampler, BeamSampler) else 1
+        if k > beams:
+            raise ValueError(
+                "`num_return_sequences` must be at most the beam width, "
+                f"{beams} ({type(sampler).__name__}); use a BeamSampler with "
+                f"num_beams >= {k}. Received: num_return_sequences={k}"
+            )
+        return k
+
+    def translate(
+        self,
+        sentences,
+        processors=None,
+        prefix=None,
+        num_return_sequences=None,
+        return_scores=False,
+    ):
+        """Translates a list of strings; returns a list of strings.
+
+        Args:
+            sentences: a list of strings.
+            processors: a list of `keras_attn.generation.LogitsProcessor`
+                for this call (each list compiles once). Defaults to
+                `None`, meaning the translator's.
+            prefix: a list of strings, one per sentence: each translation
+                starts with its prefix's pieces (forced decoding; `""` for
+                none) and the model continues it. Defaults to `None`.
+            num_return_sequences: int, the best `k` hypotheses per
+                sentence, at most the beam width of a `BeamSampler`.
+                Defaults to `None` (the best one, not in a list).
+            return_scores: bool, whether each translation comes as a
+                `(text, score)` pair, the score being what the search ranks
+                by (the length-normalized log-probability for beam search).
+                Defaults to `False`.
+
+        Returns:
+            A list with one entry per sentence: a string, or a
+            `(text, score)` pair with `return_scores`; with
+            `num_return_sequences=k` a list of `k` of them, best first.
+        """
+        return_scores = check_bool(return_scores, "return_scores")
+        k = self._check_num_return_sequences(
+            num_return_sequences, self._generator(processors)
+        )
+        outputs, scores = self._decode(sentences, processors, prefix)
+        kept = 1 if k is None else k
+        flat = [beam for beams in outputs for beam in beams[:kept]]
+        texts = iter(self._detokenize(flat))
+        results = []
+        for beams, beam_scores in zip(outputs, scores):
+            pairs = [
+                (next(texts), score) for _, score in zip(beams[:kept], beam_scores)
+            ]
+            pairs += pairs[-1:] * (kept - len(pairs))  # an empty sentence: one
+            items = pairs if return_scores else [text for text, _ in pairs]
+            results.append(items[0] if k is None else items)
+        return results
+
+    def generate(self, sentences, **kwargs):
         """An alias of `translate`: a list of strings in, a list out."""
-        return self.translate(sentences)
+        return self.translate(sentences, **kwargs)

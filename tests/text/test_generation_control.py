@@ -1,0 +1,96 @@
+"""Steering `Translator` and `TextGenerator`: processors, prefixes, n-best lists."""
+
+import keras
+import pytest
+
+from keras_attn.generation import BeamSampler, NoRepeatNGram
+from keras_attn.models import Transformer, TransformerLM
+from keras_attn.text import (
+    SubwordTokenizer,
+    TextGenerator,
+    Translator,
+    load_multi30k,
+)
+
+SENTENCES = ["A dog runs in the park.", "", "Two men talk."]
+MAX_LENGTH = 8
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    captions, _ = load_multi30k("val")
+    return SubwordTokenizer.train(captions[:200], 120)
+
+
+@pytest.fixture(scope="module")
+def translator(tokenizer):
+    keras.utils.set_random_seed(0)
+    model = Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
+    )
+    return Translator(
+        model, tokenizer, sampler=BeamSampler(num_beams=3), max_length=MAX_LENGTH
+    )
+
+
+def _generated(ids, tokenizer):
+    return [t for t in ids if t not in (tokenizer.pad_id, tokenizer.end_id)]
+
+
+def test_n_best_is_sorted_and_starts_with_the_best(translator):
+    best = translator.translate(SENTENCES)
+    best_scored = translator.translate(SENTENCES, return_scores=True)
+    n_best = translator.translate(SENTENCES, num_return_sequences=3, return_scores=True)
+    assert [text for text, _ in best_scored] == best
+    for sentence, one, hypotheses in zip(SENTENCES, best_scored, n_best):
+        assert len(hypotheses) == 3
+        scores = [score for _, score in hypotheses]
+        assert scores == sorted(scores, reverse=True)
+        assert hypotheses[0] == one
+        if sentence:
+            assert len({text for text, _ in hypotheses}) > 1  # not one copy
+    texts = translator.translate(SENTENCES, num_return_sequences=2)
+    assert [row[0] for row in texts] == best
+    with pytest.raises(
+        ValueError,
+        match=r"at most the beam width, 3 .* Received: num_return_sequences=4",
+    ):
+        translator.translate(SENTENCES, num_return_sequences=4)
+    with pytest.raises(ValueError, match="one string per sentence"):
+        translator.translate(SENTENCES, prefix=["Ein"])
+
+
+def test_prefix_is_kept_verbatim_and_processors_apply(translator, tokenizer):
+    prefixes = ["A dog", "Two", ""]
+    pieces = tokenizer.tokenize(prefixes).to_list()
+    texts = translator.translate(SENTENCES, prefix=prefixes)
+    ids, _ = translator.translate_ids(SENTENCES, prefix=prefixes)
+    for text, prefix, row, prefix_ids in zip(texts, prefixes, ids, pieces):
+        assert text.startswith(prefix), (text, prefix)
+        assert row[: len(prefix_ids)] == prefix_ids
+    # A processor list per call: no piece twice in the generated tokens.
+    ids, _ = translator.translate_ids(SENTENCES, processors=[NoRepeatNGram(1)])
+    plain, _ = translator.translate_ids(SENTENCES)
+    for row in ids:
+        row = _generated(row, tokenizer)
+        assert len(row) == len(set(row)), row
+    assert (
+        any(
+            len(set(_generated(r, tokenizer))) < len(_generated(r, tokenizer))
+            for r in plain
+        )
+        or ids != plain
+    )
+
+
+def test_text_generator_takes_processors(tokenizer):
+    keras.utils.set_random_seed(0)
+    model = TransformerLM.from_preset(
+        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0
+    )
+    generator = TextGenerator(model, tokenizer, max_length=MAX_LENGTH + 4)
+    ids, _ = generator.generate_ids(["A dog"], processors=[NoRepeatNGram(1)])
+    row = _generated(ids[0], tokenizer)
+    assert len(row) == len(set(row)), row
+    with pytest.raises(TypeError, match="`processors` must be a list"):
+        generator.generate(["A dog"], processors=NoRepeatNGram(1))
