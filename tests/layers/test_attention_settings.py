@@ -52,19 +52,36 @@ def test_values_are_stored_canonical_and_frozen():
         settings.qk_norm = True
 
 
-def test_without_rotation_keeps_the_rest():
-    plain = SETTINGS.without_rotation()
+def test_for_cross_attention_drops_rotation_and_window_only():
+    local = SETTINGS.replace(sliding_window=3, logit_soft_cap=20.0)
+    plain = local.for_cross_attention()
     assert plain.rotary_max_wavelength is None and plain.rotary_dim is None
-    assert plain.rotary_scaling_factor == 1.0
+    assert plain.rotary_scaling_factor == 1.0 and plain.sliding_window is None
+    # The cap is a property of the logits: the cross-attention keeps it.
+    assert plain.logit_soft_cap == 20.0
     rotation = {name: getattr(SETTINGS, name) for name in SETTINGS._ROTATION}
-    assert plain.replace(**rotation) == SETTINGS
+    assert plain.replace(sliding_window=3, **rotation) == local
+
+
+def test_window_and_cap_round_trip_and_reach_the_layer():
+    settings = AttentionSettings(sliding_window=np.int64(4), logit_soft_cap=30)
+    assert type(settings.sliding_window) is int
+    assert type(settings.logit_soft_cap) is float
+    config = json.loads(json.dumps(settings.get_config()))
+    assert AttentionSettings.from_config(config) == settings
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, **settings.layer_arguments())
+    assert (layer.sliding_window, layer.logit_soft_cap) == (4, 30.0)
+    # A config saved before these settings loads with both off.
+    del config["sliding_window"], config["logit_soft_cap"]
+    assert AttentionSettings.from_config(config) == AttentionSettings()
 
 
 def test_layer_arguments_are_multi_head_attentions():
     layer = MultiHeadAttention(num_heads=HEADS, key_dim=4, **SETTINGS.layer_arguments())
     config = layer.get_config()
     for name, value in SETTINGS.layer_arguments().items():
-        assert config[name] == value, name
+        # A variant left at its default (`None`) is not written.
+        assert config.get(name) == value, name
 
 
 def test_key_value_heads_is_one_rule():
@@ -101,6 +118,19 @@ def test_key_value_heads_is_one_rule():
             "rotary_dim=3",
         ),
         (dict(rotary_dim=2), ValueError, "rotary_dim=2, rotary_max_wavelength=None"),
+        (dict(sliding_window=0), ValueError, "sliding_window=0"),
+        (dict(sliding_window=2.0), ValueError, "sliding_window=2.0"),
+        (dict(sliding_window=True), ValueError, "sliding_window=True"),
+        (dict(logit_soft_cap=0.0), ValueError, "logit_soft_cap=0.0"),
+        (dict(logit_soft_cap=-5.0), ValueError, "logit_soft_cap=-5.0"),
+        (dict(logit_soft_cap=float("inf")), ValueError, "logit_soft_cap=inf"),
+        (dict(logit_soft_cap=1e-40), ValueError, "logit_soft_cap=1e-40"),
+        (dict(logit_soft_cap="30"), TypeError, "logit_soft_cap='30'"),
+        (
+            dict(logit_soft_cap=30.0, flash_attention=True),
+            ValueError,
+            "logit_soft_cap=30.0, flash_attention=True",
+        ),
     ],
 )
 def test_refusal_table(arguments, error, match):
@@ -132,8 +162,9 @@ def test_a_block_hands_them_to_its_attention_layers():
     for name in ("dropout", "flash_attention", "num_key_value_heads", "qk_norm"):
         assert self_config[name] == cross_config[name] == getattr(SETTINGS, name)
     assert self_config["rotary_dim"] == 2
-    # Cross-attention never rotates.
+    # Cross-attention never rotates, and takes no sliding window.
     assert "rotary_max_wavelength" not in cross_config
+    assert cross_config["sliding_window"] is None
 
 
 def test_none_is_the_blocks_dropout_as_keras_hub():
@@ -206,9 +237,12 @@ def tiny_lm(**arguments):
 
 def test_a_model_hands_one_object_to_every_attention_layer():
     model = tiny_lm(
-        position="rotary", num_key_value_heads=2, qk_norm=True, flash_attention=False
+        position="rotary",
+        attention=dict(num_key_value_heads=2, qk_norm=True, flash_attention=False),
     )
-    settings = model.attention_settings
+    # The model's settings, with the position scheme's rotation.
+    settings = model.blocks[0].attention
+    assert settings == model.attention.replace(rotary_max_wavelength=10000.0)
     assert settings == AttentionSettings(
         flash_attention=False,
         num_key_value_heads=2,
@@ -221,18 +255,21 @@ def test_a_model_hands_one_object_to_every_attention_layer():
         assert config["num_key_value_heads"] == 2 and config["qk_norm"] is True
         assert config["rotary_max_wavelength"] == 10000.0
         assert tuple(block.self_attention.key_dense.kernel.shape) == (DIM, 2, 4)
-    # The model's config stays flat (presets and saved files unchanged).
+    # The model's config holds its own settings, as one entry.
     config = model.get_config()
-    assert "attention" not in config and "attention_settings" not in config
-    assert (config["num_key_value_heads"], config["qk_norm"]) == (2, True)
+    assert config["attention"] == model.attention.get_config()
+    assert "num_key_value_heads" not in config and "qk_norm" not in config
 
 
 def test_a_model_keras_file_round_trip(tmp_path):
-    model = tiny_lm(position="rotary", num_key_value_heads=1, qk_norm=True)
+    model = tiny_lm(
+        position="rotary", attention=dict(num_key_value_heads=1, qk_norm=True)
+    )
     path = str(tmp_path / "lm.keras")
     model.save(path)
     restored = keras.saving.load_model(path)
-    assert restored.attention_settings == model.attention_settings
+    assert restored.attention == model.attention
+    assert restored.blocks[0].attention == model.blocks[0].attention
     tokens = np.array([[1, 2, 3, 4]], "int32")
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(restored(tokens)),
@@ -244,6 +281,6 @@ def test_a_model_keras_file_round_trip(tmp_path):
 
 def test_a_model_names_its_own_argument():
     with pytest.raises(ValueError, match="attention_dropout=1.5"):
-        tiny_lm(attention_dropout=1.5)
+        tiny_lm(attention=dict(dropout=1.5))
     with pytest.raises(ValueError, match="num_heads=4, num_key_value_heads=3"):
-        tiny_lm(num_key_value_heads=3)
+        tiny_lm(attention=dict(num_key_value_heads=3))

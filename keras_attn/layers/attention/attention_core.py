@@ -3,17 +3,19 @@
 `compute_attention` takes projected heads `(batch, length, num_heads,
 head_dim)` and computes
 
-    softmax(Q K^T * scale + bias, masked) V
+    softmax(cap(Q K^T * scale) + bias, masked) V
 
 (equation (1) of the paper, with an optional additive bias for relative
-positions, ALiBi or any other score modification). Every caller goes
+positions, ALiBi or any other score modification, and Gemma 2's optional
+soft cap of the logits, `cap(s) = c * tanh(s / c)`). Every caller goes
 through it: `scaled_dot_product_attention`, and `MultiHeadAttention` on
 each of its paths (explicit, fused, cached, `attention_axes`, sliding
 window). Two ways to the same numbers:
 
 - the fused path, `keras.ops.dot_product_attention` with its kernel chosen
   up front (`keras_attn.layers.attention.fused_attention`), when neither the weights
-  nor attention dropout are needed;
+  nor attention dropout nor a soft cap are needed (Keras's kernels cap
+  logits only with JAX on a TPU);
 - the explicit path below, which can return the weights.
 
 Keys and values may have fewer heads than the queries (grouped-query and
@@ -148,10 +150,14 @@ def _scores(query, key, scale):
     return scores * scale
 
 
-def _attention_weights(query, key, mask, bias, scale):
-    """`softmax(Q K^T * scale + bias)`, at least float32, zero where masked."""
+def _attention_weights(query, key, mask, bias, scale, logit_soft_cap=None):
+    """`softmax(cap(Q K^T * scale) + bias)`, at least float32, zero where
+    masked."""
     # (batch, num_heads, query_length, key_length)
     scores = _scores(query, key, scale)
+    if logit_soft_cap is not None:
+        # Gemma 2's cap: every logit in (-cap, cap), smoothly.
+        scores = ops.tanh(scores / logit_soft_cap) * logit_soft_cap
     if bias is not None:
         if keras.backend.standardize_dtype(bias.dtype) != scores.dtype:
             bias = ops.cast(bias, scores.dtype)
@@ -195,8 +201,9 @@ def compute_attention(
     return_attention_scores=False,
     flash_attention=None,
     masked_keys_are_finite=False,
+    logit_soft_cap=None,
 ):
-    """Computes `softmax(Q K^T * scale + bias) V` over several heads at once.
+    """Computes `softmax(cap(Q K^T * scale) + bias) V` over several heads at once.
 
     The mask and bias are used as given: the public entry points check
     them first (`MultiHeadAttention.call` and `call_with_key_value`,
@@ -242,6 +249,10 @@ def compute_attention(
             they are; otherwise they are zeroed first (two passes over the
             keys and values), so a NaN or infinity there cannot reach an
             attended position (`0 * nan` is NaN). Defaults to `False`.
+        logit_soft_cap: positive float, Gemma 2's soft cap: the scaled
+            scores `s` become `logit_soft_cap * tanh(s / logit_soft_cap)`
+            before the bias, the mask and the softmax. Always the explicit
+            path. Defaults to `None` (no cap).
 
     Returns:
         `(attended, weights)`: the attended values `(batch, query_length,
@@ -277,6 +288,7 @@ def compute_attention(
     fused = (
         flash_attention is not False
         and not (return_attention_scores or use_dropout)
+        and logit_soft_cap is None
         # The fused kernels need `value_dim == key_dim` (jax.nn checks it).
         and query.shape[-1] == value.shape[-1]
         and fused_path_runs(query.dtype)
@@ -302,7 +314,7 @@ def compute_attention(
     if fused:
         attended = _fused_attention(query, key, value, mask, bias, scale, is_causal)
         return attended, None
-    weights = _attention_weights(query, key, mask, bias, scale)
+    weights = _attention_weights(query, key, mask, bias, scale, logit_soft_cap)
     if keras.backend.standardize_dtype(weights.dtype) != (
         keras.backend.standardize_dtype(value.dtype)
     ):

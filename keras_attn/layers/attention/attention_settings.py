@@ -5,19 +5,55 @@ is made and checked once, here, and handed down as this object, the way a
 position scheme is (`keras_attn.layers.positions.position_schemes`). Each field
 declares its check; a new setting is one field (`_setting(default, check)`),
 and reaches `MultiHeadAttention` through `layer_arguments()` under its own
-name, which is the layer's argument of that name.
+name, which is the layer's argument of that name. A setting the
+cross-attention must not take is dropped in `for_cross_attention()`.
 """
 
 import dataclasses
 
 import keras
 
-from keras_attn.layers.attention.attention_arguments import check_head_dim
+from keras_attn.layers.attention.attention_arguments import (
+    check_head_dim,
+    check_sliding_window,
+)
 from keras_attn.layers.attention.query_key_heads import (
     check_num_key_value_heads,
     check_rotary_arguments,
 )
-from keras_attn.validation import check_bool, check_rate
+from keras_attn.validation import check_bool, check_float, check_rate
+
+# The smallest normal float32 number: the scores are capped in (at least)
+# float32, where a smaller cap flushes to zero and `0 * tanh(s / 0)` is NaN.
+_SMALLEST_SOFT_CAP = 2.0**-126
+
+
+def check_logit_soft_cap(logit_soft_cap, flash_attention=None):
+    """`logit_soft_cap` checked: `None`, or a finite float `>= 2**-126`.
+
+    Refused beside `flash_attention=True`: `keras.ops.dot_product_attention`
+    caps scores only with JAX on a TPU (and with another formula), so a
+    capped call always runs the explicit path. The one check of the
+    setting, for `AttentionSettings` and `MultiHeadAttention` alike.
+
+    Returns:
+        `None`, or the cap as a `float`.
+    """
+    logit_soft_cap = check_float(
+        logit_soft_cap,
+        "logit_soft_cap",
+        min_value=_SMALLEST_SOFT_CAP,
+        allow_none=True,
+        reason="a positive normal float32 number",
+    )
+    if logit_soft_cap is not None and flash_attention:
+        raise ValueError(
+            "`logit_soft_cap` needs the explicit attention path: the fused "
+            "`keras.ops.dot_product_attention` caps scores only with JAX on "
+            "a TPU. Use `flash_attention=None` (which falls back) or `False`. "
+            f"Received: logit_soft_cap={logit_soft_cap}, flash_attention=True"
+        )
+    return logit_soft_cap
 
 
 def _setting(default, check=None):
@@ -33,7 +69,8 @@ class AttentionSettings:
     Frozen and checked when made: an invalid value raises there, named
     with its value, before any layer is built. A Transformer block takes
     one as `attention=` and builds its `MultiHeadAttention` sub-layers from
-    it (`layer_arguments()`; the cross-attention from `without_rotation()`);
+    it (`layer_arguments()`; the cross-attention from
+    `for_cross_attention()`);
     the models of `keras_attn.models` build one from their flat arguments
     (`attention_dropout`, `flash_attention`, `num_key_value_heads`,
     `qk_norm`, and the position scheme's rotation) and hand it to every
@@ -67,6 +104,22 @@ class AttentionSettings:
             features RoPE rotates (partial rotary, as GPT-NeoX). Only with
             `rotary_max_wavelength`. Defaults to `None`, meaning all of
             them.
+        sliding_window: positive int, local self-attention: query `i`
+            attends only keys `j` with `|i - j| < sliding_window`, so with
+            the causal mask the last `sliding_window` positions up to itself
+            (`i - sliding_window < j <= i`, as Mistral and Gemma 2); without
+            it (an encoder) a band of `2 * sliding_window - 1` keys centred
+            on `i`. Positions are absolute: a cached step's queries sit at
+            the cache index. Self-attention only: the cross-attention
+            attends every encoder position (`for_cross_attention()`). Any
+            `flash_attention`: the window reaches the fused kernel as part
+            of the boolean mask. Defaults to `None`, meaning no window.
+        logit_soft_cap: float `> 0` (at least `2**-126`), Gemma 2's soft
+            cap of the attention logits: the scaled scores `s = Q K^T *
+            scale` become `logit_soft_cap * tanh(s / logit_soft_cap)`,
+            before any bias, the mask and the softmax. Capped attention
+            runs the explicit path (`flash_attention=None` falls back to
+            it; `True` is refused). Defaults to `None`, meaning no cap.
 
     Example:
 
@@ -77,7 +130,7 @@ class AttentionSettings:
     >>> _ = block(keras.random.normal((1, 3, 16)))
     >>> block.self_attention.get_config()["num_key_value_heads"]
     2
-    >>> settings.without_rotation().rotary_max_wavelength is None
+    >>> settings.for_cross_attention().rotary_max_wavelength is None
     True
     >>> keras_attn.layers.AttentionSettings.from_config(settings.get_config()) == settings
     True
@@ -96,6 +149,9 @@ class AttentionSettings:
     rotary_max_wavelength: float | None = _setting(None)
     rotary_scaling_factor: float = _setting(1.0)
     rotary_dim: int | None = _setting(None)
+    sliding_window: int | None = _setting(None, check_sliding_window)
+    # Checked with `flash_attention` (`__post_init__`).
+    logit_soft_cap: float | None = _setting(None)
 
     _ROTATION = ("rotary_max_wavelength", "rotary_scaling_factor", "rotary_dim")
 
@@ -115,6 +171,10 @@ class AttentionSettings:
                 "kernel has no dropout. Received: flash_attention=True, "
                 f"attention_dropout={self.dropout}"
             )
+        self._set(
+            "logit_soft_cap",
+            check_logit_soft_cap(self.logit_soft_cap, self.flash_attention),
+        )
 
     def _set(self, name, value):
         # The canonical value of a checked field (frozen: no `setattr`).
@@ -131,10 +191,16 @@ class AttentionSettings:
         """
         return check_num_key_value_heads(self.num_key_value_heads, num_heads)
 
-    def without_rotation(self):
-        """These settings without rotary positions (for cross-attention)."""
+    def for_cross_attention(self):
+        """These settings for a cross-attention: no rotary positions and no
+        sliding window (a query and the encoder's keys have no common
+        positions to rotate by or to measure a window in)."""
         return dataclasses.replace(
-            self, rotary_max_wavelength=None, rotary_scaling_factor=1.0, rotary_dim=None
+            self,
+            rotary_max_wavelength=None,
+            rotary_scaling_factor=1.0,
+            rotary_dim=None,
+            sliding_window=None,
         )
 
     def replace(self, **changes):

@@ -65,20 +65,23 @@ def causal_mask(query_length, key_length, query_offset=0):
     return ops.expand_dims(relative <= 0, axis=0)
 
 
-def sliding_window_mask(query_length, key_length, sliding_window):
+def sliding_window_mask(query_length, key_length, sliding_window, query_offset=0):
     """Band mask: query `i` may attend keys `j` with `|i - j| < sliding_window`.
 
-    Combined with `causal_mask`, the causal window of Mistral-style models.
+    Combined with `causal_mask`, the causal window of Mistral-style models
+    (`i - sliding_window < j <= i`).
 
     Args:
         query_length: int or scalar tensor, number of query positions.
         key_length: int or scalar tensor, number of key positions.
         sliding_window: positive int, the width of the band.
+        query_offset: int or scalar tensor, the absolute position of the
+            first query (cached decoding: the cache index). Defaults to `0`.
 
     Returns:
         A boolean tensor of shape `(1, query_length, key_length)`.
     """
-    relative = relative_positions(query_length, key_length)
+    relative = relative_positions(query_length, key_length, query_offset)
     # (1, query_length, key_length)
     return ops.expand_dims(ops.abs(relative) < sliding_window, axis=0)
 

@@ -13,6 +13,7 @@ around the same core (`keras_attn.layers.attention.attention_axes.AxesLayout`).
 import math
 
 import keras
+from keras import ops
 
 from keras_attn.layers.attention.attention_arguments import (
     check_flash_attention,
@@ -33,8 +34,13 @@ from keras_attn.layers.attention.attention_core import (
     compute_attention,
 )
 from keras_attn.layers.attention.attention_projection import AttentionProjection
+from keras_attn.layers.attention.attention_settings import check_logit_soft_cap
 from keras_attn.layers.attention.grouped_heads import repeat_key_value_heads
-from keras_attn.layers.attention.masking import as_bool_mask, merge_attention_masks
+from keras_attn.layers.attention.masking import (
+    as_bool_mask,
+    merge_attention_masks,
+    sliding_window_mask,
+)
 from keras_attn.layers.attention.masks_over_axes import masks_to_sequence
 from keras_attn.layers.attention.query_key_heads import (
     HeadRotation,
@@ -98,8 +104,12 @@ class MultiHeadAttention(keras.layers.Layer):
             sequence axis of `(batch, length, features)` inputs.
         sliding_window: positive int; query `i` may only attend keys `j`
             with `|i - j| < sliding_window` (with `use_causal_mask=True`,
-            the causal window of Mistral-style models). Applied by `call`,
-            not by `call_with_key_value`. Defaults to `None` (no window).
+            the causal window of Mistral-style models, `i - sliding_window
+            < j <= i`). Applied by `call` (positions from 0, as Keras) and
+            by `call_with_key_value` (query `i` at `start_index + i`, key
+            `j` at `j`: a cache's slots). The window reaches the fused
+            kernel as part of the boolean mask. Defaults to `None` (no
+            window).
         flash_attention: `None` lets the fused
             `keras.ops.dot_product_attention` kernel run whenever the
             attention weights and attention dropout are not needed (the
@@ -148,6 +158,13 @@ class MultiHeadAttention(keras.layers.Layer):
         rotary_dim: even int `<= key_dim`, the number of features rotated
             (partial rotary); only with `rotary_max_wavelength`. Defaults
             to `None`, meaning all of `key_dim`.
+        logit_soft_cap: positive float, Gemma 2's soft cap of the attention
+            logits: the scaled scores `s` become `logit_soft_cap *
+            tanh(s / logit_soft_cap)` before the bias, the mask and the
+            softmax (checked by
+            `keras_attn.layers.attention.attention_settings.check_logit_soft_cap`).
+            Capped attention runs the explicit path: refused with
+            `flash_attention=True`. Defaults to `None` (no cap).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -222,6 +239,7 @@ class MultiHeadAttention(keras.layers.Layer):
         rotary_max_wavelength=None,
         rotary_scaling_factor=1.0,
         rotary_dim=None,
+        logit_soft_cap=None,
         **kwargs,
     ):
         num_heads = check_head_dim(num_heads, "num_heads")
@@ -254,6 +272,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self._attention_axes = standardize_attention_axes(attention_axes)
         self._sliding_window = check_sliding_window(sliding_window)
         self._flash_attention = check_flash_attention(flash_attention, self._dropout)
+        self._logit_soft_cap = check_logit_soft_cap(
+            logit_soft_cap, self._flash_attention
+        )
         self._kernel_initializer = keras.initializers.get(kernel_initializer)
         self._bias_initializer = keras.initializers.get(bias_initializer)
         self._kernel_regularizer = keras.regularizers.get(kernel_regularizer)
@@ -322,6 +343,11 @@ class MultiHeadAttention(keras.layers.Layer):
     @property
     def flash_attention(self):
         return self._flash_attention
+
+    @property
+    def logit_soft_cap(self):
+        """The soft cap of the attention logits, or `None`."""
+        return self._logit_soft_cap
 
     # The sub-layers are held as `_query_dense` etc. (Keras's names, which
     # code written for Keras's layer reaches for) and saved under these
@@ -398,6 +424,7 @@ class MultiHeadAttention(keras.layers.Layer):
             "rotary_max_wavelength": (self._rotary_arguments[0], None),
             "rotary_scaling_factor": (self._rotary_arguments[1], 1.0),
             "rotary_dim": (self._rotary_arguments[2], None),
+            "logit_soft_cap": (self._logit_soft_cap, None),
         }
         config.update(
             {
@@ -570,6 +597,7 @@ class MultiHeadAttention(keras.layers.Layer):
             return_attention_scores=return_attention_scores,
             flash_attention=self._flash_attention,
             masked_keys_are_finite=masked_keys_are_finite,
+            logit_soft_cap=self._logit_soft_cap,
         )
 
     def _overrides_compute_attention(self):
@@ -763,8 +791,8 @@ class MultiHeadAttention(keras.layers.Layer):
         This is the decoding path: `keys`/`values` come from
         `compute_key_value`, once per sentence for cross-attention and
         growing by one position per step for self-attention. The mask is
-        used as given: `sliding_window` is not applied here (the caller
-        knows the positions).
+        used as given, and `sliding_window` added to it: query `i` sits at
+        position `start_index + i`, key `j` at `j` (a cache's slot).
 
         Args:
             query: tensor `(batch, query_length, query_dim)`.
@@ -781,8 +809,8 @@ class MultiHeadAttention(keras.layers.Layer):
             return_attention_scores: bool. Defaults to `False`.
             training: bool, whether dropout is active. Defaults to `None`.
             start_index: int or scalar int tensor, the position of the first
-                query (the cache index), for rotary positions. Defaults to
-                `0`.
+                query (the cache index), for rotary positions and the
+                sliding window. Defaults to `0`.
             masked_keys_are_finite: bool, whether the keys and values at
                 the positions `attention_mask` hides from every query are
                 known finite, as the unwritten slots of a cache allocated
@@ -800,6 +828,15 @@ class MultiHeadAttention(keras.layers.Layer):
                 "Call the layer instead."
             )
         mask = as_bool_mask(attention_mask, "attention_mask")
+        if self._sliding_window is not None:
+            # (1, query_length, key_length), the queries from `start_index`
+            window = sliding_window_mask(
+                ops.shape(query)[1],
+                ops.shape(keys)[1],
+                self._sliding_window,
+                query_offset=start_index,
+            )
+            mask = window if mask is None else ops.logical_and(mask, window)
         bias = as_attention_bias(
             attention_bias,
             "attention_bias",

@@ -160,7 +160,7 @@ class TransformerBlockBase(keras.layers.Layer):
     def _attention(self, hidden_dim, name, rotary=False):
         """An attention sub-layer; `rotary` for self-attention (RoPE)."""
         check_divisible(hidden_dim, self.num_heads, "hidden_dim", "num_heads")
-        settings = self.attention if rotary else self.attention.without_rotation()
+        settings = self.attention if rotary else self.attention.for_cross_attention()
         return MultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=hidden_dim // self.num_heads,
