@@ -11,7 +11,10 @@ shorthands for `generate_seq2seq` with a sampler, kept for the paper's
 vocabulary (`beam_size`, `top_k`); new code passes a sampler. Logits
 processors (`RepetitionPenalty`, `NoRepeatNGram`, `MinNewTokens`,
 `BannedTokens`, `BannedSequences`, `MinP`) steer any sampler from inside
-the loop (`processors=[...]`).
+the loop (`processors=[...]`). `stop_sequences=[[ids...]]` end a row on
+several tokens, `return_token_scores=True` reports each token's
+log-probability, and `SequenceGenerator.stream` decodes in compiled,
+resumable chunks (`keras_attn.generation.streaming`).
 """
 
 from keras_attn.generation import samplers as samplers

@@ -13,12 +13,18 @@ from keras_attn.generation.decoding_inputs import (
     max_length_limit,
 )
 from keras_attn.generation.decoding_loop import (
-    generate_tokens,
+    LoopSettings,
+    cached_step,
+    decode_steps,
+    finish,
+    initial_state,
+    loop_inputs,
     reorder_self_attention,
 )
 from keras_attn.generation.logits_processors import check_processors
 from keras_attn.generation.samplers import check_sampling_args, from_strategy
 from keras_attn.generation.seq2seq import decoding_result
+from keras_attn.generation.stop_sequences import check_stop_sequences
 from keras_attn.validation import check_bool, check_choice
 
 LM_STRATEGIES = ("greedy", "sample")
@@ -112,13 +118,7 @@ def _cached_step(model, prompt_tokens, batch_size, max_length):
     cache = model.initial_cache(batch_size, max_length)
     # One parallel pass writes the keys/values of every prompt position.
     _, cache = model.decode_step(prompt_tokens, cache, 0)
-
-    def step(tokens, index, cache):
-        current = ops.expand_dims(ops.take(tokens, index, axis=1), 1)  # (batch, 1)
-        logits, cache = model.decode_step(current, cache, index)
-        return logits[:, 0, :], cache  # (batch, vocabulary)
-
-    return step, cache
+    return cached_step(model), cache
 
 
 def _uncached_step(model, tokens, index, state):
@@ -130,18 +130,44 @@ def _uncached_step(model, tokens, index, state):
     return logits[:, 0, :], state
 
 
-def _step_and_state(model, prompt_tokens, max_length, beams, use_cache):
-    """`(step, state, reorder)` for `generate_tokens`, the cache prefilled."""
-    if not use_cache:
-        return functools.partial(_uncached_step, model), (), None
-    batch_size = ops.shape(prompt_tokens)[0]
-    step, cache = _cached_step(
-        model,
-        ops.repeat(prompt_tokens, beams, axis=0),
-        batch_size * beams,
-        max_length,
+def lm_settings(model, end_id, sampler, use_cache, processors=(), stop_sequences=()):
+    """The `LoopSettings` of a causal LM (arguments already checked)."""
+    uncached = functools.partial(_uncached_step, model)
+    return LoopSettings(
+        step=cached_step(model) if use_cache else uncached,
+        sampler=sampler,
+        end_id=end_id,
+        pad_id=model.pad_id,
+        suppressed_ids=(model.pad_id,),
+        reorder=reorder_self_attention if use_cache else None,
+        processors=tuple(processors),
+        stop_sequences=tuple(stop_sequences),
     )
-    return step, cache, reorder_self_attention
+
+
+def start_lm(
+    model, prompt_tokens, sampler, max_length, use_cache=True, track_token_scores=False
+):
+    """`(DecodeState, LoopInputs)` before the first step (arguments checked).
+
+    With the cache, one parallel pass of the whole padded prompt block
+    writes the keys/values of every prompt position here.
+    """
+    beams = sampler.num_beams
+    tokens, in_prompt, first_index = _prompt_block(
+        prompt_tokens, max_length, model.pad_id
+    )
+    state = ()
+    if use_cache:
+        batch_size = ops.shape(prompt_tokens)[0]
+        _, state = _cached_step(
+            model,
+            ops.repeat(prompt_tokens, beams, axis=0),
+            batch_size * beams,
+            max_length,
+        )
+    inputs = loop_inputs(sampler, in_prompt)
+    return initial_state(tokens, beams, first_index, state, track_token_scores), inputs
 
 
 def generate_lm(
@@ -157,6 +183,8 @@ def generate_lm(
     use_cache=True,
     sampler=None,
     processors=None,
+    stop_sequences=None,
+    return_token_scores=False,
 ):
     """Continues prompts with a causal language model.
 
@@ -203,6 +231,14 @@ def generate_lm(
             applied, in order, to the logits of every step before the
             sampler (`MinNewTokens` counts the tokens after each row's
             prompt). Defaults to `None` (none).
+        stop_sequences: a list of lists of token ids: a row also ends once
+            the tokens it generated end with one of them (kept in the
+            output; a match must not reach into the prompt). Defaults to
+            `None` (none).
+        return_token_scores: bool, whether to add `"token_scores"`, float32
+            `(batch, max_length)`: each generated token's log-probability
+            (0 at the prompt and padding), which sum to the unnormalized
+            score. Defaults to `False`.
 
     Returns:
         A dict with `"tokens"`, int32 `(batch, max_length)` (the prompt,
@@ -228,28 +264,26 @@ def generate_lm(
     sampler = _resolve_sampler(sampler, options)
     use_cache = check_bool(use_cache, "use_cache")
     processors = check_processors(processors, model.vocabulary_size)
+    stop_sequences = check_stop_sequences(
+        stop_sequences, model.vocabulary_size, model.pad_id
+    )
+    return_token_scores = check_bool(return_token_scores, "return_token_scores")
     prompt_tokens, max_length, end_id = _check_prompt(
         model, prompt_tokens, max_length, end_id
     )
     if prompt_tokens.shape[0] == 0:
-        return decoding_result(*empty_result(sampler, max_length), sampler)
-    tokens, in_prompt, first_index = _prompt_block(
-        prompt_tokens, max_length, model.pad_id
+        tokens, scores = empty_result(sampler, max_length)
+        token_scores = (
+            ops.zeros(tokens.shape, "float32") if return_token_scores else None
+        )
+        return decoding_result(tokens, scores, sampler, token_scores)
+    settings = lm_settings(
+        model, end_id, sampler, use_cache, processors, stop_sequences
     )
-    step, state, reorder = _step_and_state(
-        model, prompt_tokens, max_length, sampler.num_beams, use_cache
+    state, inputs = start_lm(
+        model, prompt_tokens, sampler, max_length, use_cache, return_token_scores
     )
-    tokens, scores = generate_tokens(
-        step,
-        state,
-        tokens,
-        in_prompt,
-        sampler,
-        end_id=end_id,
-        pad_id=model.pad_id,
-        suppressed_ids=(model.pad_id,),
-        first_index=first_index,
-        reorder=reorder,
-        processors=processors,
+    tokens, scores, token_scores = finish(
+        decode_steps(settings, state, inputs), sampler
     )
-    return decoding_result(tokens, scores, sampler)
+    return decoding_result(tokens, scores, sampler, token_scores)

@@ -18,6 +18,7 @@ import keras
 from keras import ops
 
 from keras_attn.generation.logits_processors import DecodingContext, apply_processors
+from keras_attn.generation.stop_sequences import ends_with_stop_sequence
 
 # Log-probability of the placeholder beams that fill the beam at the start
 # (only the first hypothesis is real then).
@@ -133,6 +134,17 @@ class DecodeState(NamedTuple):
     ended: Any  # bool (batch, beams): the hypothesis has produced `end_id`.
     lengths: Any  # int32 (batch, beams): generated tokens, end included.
     cache: Any  # The step function's state (a key/value cache, or not).
+    # float32 (batch, beams, total_length): the log-probability of each
+    # generated token (0 elsewhere), or a float32 scalar when not tracked.
+    token_scores: Any
+
+
+class LoopInputs(NamedTuple):
+    """What every step of the loop reads but never changes."""
+
+    given: Any  # bool (batch, total_length): the token is given (a prompt).
+    draws: Any  # float32 (total_length - 1, batch) uniforms, or None.
+    prompt_lengths: Any  # int32 (batch,): the given tokens at the start.
 
 
 class Candidates(NamedTuple):
@@ -143,14 +155,24 @@ class Candidates(NamedTuple):
     generating: Any  # bool (batch, beams): the next token is generated.
     next_given: Any  # bool (batch,): the next token is given (a prompt).
     given_ids: Any  # int32 (batch,): the given next token (else padding).
+    # float32 (batch, beams, vocabulary): each token's own log-probability.
+    token_log_probs: Any
 
 
-def initial_state(tokens, beams, first_index, cache):
-    """The state before the first step: every beam holds the given tokens."""
-    batch_size = ops.shape(tokens)[0]
+def initial_state(tokens, beams, first_index, cache, track_token_scores=False):
+    """The state before the first step: every beam holds the given tokens.
+
+    With `track_token_scores`, the state keeps each generated token's
+    log-probability (`DecodeState.token_scores`).
+    """
+    batch_size, total_length = ops.shape(tokens)[0], ops.shape(tokens)[1]
     # (batch, beams, total_length)
     tokens = ops.repeat(ops.expand_dims(tokens, 1), beams, axis=1)
     first_beam = ops.convert_to_tensor([0.0] + [_COPY] * (beams - 1), "float32")
+    if track_token_scores:
+        token_scores = ops.zeros((batch_size, beams, total_length), "float32")
+    else:
+        token_scores = ops.zeros((), "float32")
     return DecodeState(
         index=ops.cast(first_index, "int32"),
         tokens=tokens,
@@ -158,7 +180,13 @@ def initial_state(tokens, beams, first_index, cache):
         ended=ops.zeros((batch_size, beams), "bool"),
         lengths=ops.zeros((batch_size, beams), "int32"),
         cache=cache,
+        token_scores=token_scores,
     )
+
+
+def tracks_token_scores(state):
+    """Whether `state` keeps each token's log-probability."""
+    return len(state.token_scores.shape) == 3
 
 
 def step_log_probs(
@@ -253,14 +281,29 @@ def candidates(state, log_probs, given, pad_id):
         generating=generating,
         next_given=next_given,
         given_ids=given_ids,
+        token_log_probs=log_probs,
     )
 
 
-def advance(state, candidates, parents, ids, cache, end_id, pad_id, reorder):
+def advance(
+    state,
+    candidates,
+    parents,
+    ids,
+    cache,
+    end_id,
+    pad_id,
+    reorder,
+    stop_sequences=(),
+    prompt_lengths=None,
+):
     """The state once each hypothesis `parents[b, j]` is extended by `ids[b, j]`.
 
     `parents` and `ids` are the sampler's choice, int32 `(batch, beams)`;
     given tokens and the padding after the end replace what it chose there.
+    A hypothesis ends at an id of `end_id` or once its generated tokens
+    (from `prompt_lengths`, int32 `(batch,)`, on) end with one of
+    `stop_sequences` (tuples of ids).
     """
     batch_size, beams = ops.shape(state.tokens)[0], state.tokens.shape[1]
     was_ended = ops.take_along_axis(state.ended, parents, axis=1)
@@ -268,24 +311,38 @@ def advance(state, candidates, parents, ids, cache, end_id, pad_id, reorder):
     ids = ops.where(candidates.next_given[:, None], candidates.given_ids[:, None], ids)
     ids = ops.where(was_ended, pad_id, ids)
     vocabulary_size = ops.shape(candidates.log_probs)[-1]
+    chosen = parents * vocabulary_size + ids  # (batch, beams)
     # (batch, beams * vocabulary) -> the chosen candidates' log-probs.
     log_probs = ops.take_along_axis(
-        ops.reshape(candidates.log_probs, (batch_size, -1)),
-        parents * vocabulary_size + ids,
-        axis=1,
+        ops.reshape(candidates.log_probs, (batch_size, -1)), chosen, axis=1
     )
     ended = was_ended
     end_ids = end_ids_tuple(end_id)
     if end_ids:
         ended = ops.logical_or(ended, ops.logical_and(generated, is_end(ids, end_ids)))
-    tokens = state.tokens
+    tokens, token_scores = state.tokens, state.token_scores
     if beams > 1:
         tokens = gather_beams(tokens, parents)
+        if tracks_token_scores(state):
+            token_scores = gather_beams(token_scores, parents)
         if reorder is not None:
             # (batch, 1)
             sentence_offsets = ops.arange(batch_size, dtype="int32")[:, None] * beams
             cache = reorder(cache, ops.reshape(sentence_offsets + parents, (-1,)))
     tokens = ops.slice_update(tokens, (0, 0, state.index + 1), ids[:, :, None])
+    if tracks_token_scores(state):
+        # (batch, beams): the chosen tokens' own log-probabilities.
+        step_scores = ops.take_along_axis(
+            ops.reshape(candidates.token_log_probs, (batch_size, -1)), chosen, axis=1
+        )
+        token_scores = ops.slice_update(
+            token_scores, (0, 0, state.index + 1), step_scores[:, :, None]
+        )
+    if stop_sequences:
+        stopped = ends_with_stop_sequence(
+            tokens, state.index + 1, stop_sequences, prompt_lengths
+        )
+        ended = ops.logical_or(ended, ops.logical_and(generated, stopped))
     return DecodeState(
         index=state.index + 1,
         tokens=tokens,
@@ -293,7 +350,110 @@ def advance(state, candidates, parents, ids, cache, end_id, pad_id, reorder):
         ended=ended,
         lengths=ops.take_along_axis(candidates.lengths, parents, axis=1),
         cache=cache,
+        token_scores=token_scores,
     )
+
+
+def loop_inputs(sampler, given, prompt_lengths=None):
+    """The `LoopInputs` of a decoding: the random draws made here, once.
+
+    `prompt_lengths` defaults to the number of `given` positions per row.
+    """
+    batch_size, total_length = ops.shape(given)[0], ops.shape(given)[1]
+    if prompt_lengths is None:
+        prompt_lengths = ops.sum(ops.cast(given, "int32"), axis=1)  # (batch,)
+    return LoopInputs(
+        given=given,
+        draws=sampler.random_draws(total_length - 1, batch_size),
+        prompt_lengths=ops.cast(prompt_lengths, "int32"),
+    )
+
+
+class LoopSettings(NamedTuple):
+    """How the loop decodes: what stays the same from call to call.
+
+    The fields are `generate_tokens`'s arguments of the same names.
+    """
+
+    step: Any
+    sampler: Any
+    end_id: Any
+    pad_id: int
+    suppressed_ids: tuple = ()
+    reorder: Any = None
+    processors: tuple = ()
+    stop_sequences: tuple = ()
+
+
+def decode_steps(settings, state, inputs, max_steps=None):
+    """Runs the loop from `state` until every hypothesis has ended, the
+    tokens are full, or `max_steps` (int or scalar tensor) steps are done.
+
+    One `keras.ops.while_loop`; the returned `DecodeState` continues where
+    this one stopped (the resumable step of streaming,
+    `keras_attn.generation.streaming`). `settings` is a `LoopSettings`,
+    `inputs` a `LoopInputs`.
+    """
+    total_length = ops.shape(state.tokens)[2]
+    last_index = total_length - 1
+    if max_steps is not None:
+        last_index = ops.minimum(last_index, state.index + max_steps)
+    end_ids = end_ids_tuple(settings.end_id)
+
+    def cond(state):
+        return ops.logical_and(
+            state.index < last_index, ops.logical_not(ops.all(state.ended))
+        )
+
+    def body(state):
+        logits, log_probs, cache = step_log_probs(
+            settings.step,
+            state,
+            settings.suppressed_ids,
+            settings.processors,
+            inputs.prompt_lengths,
+            end_ids,
+        )
+        options = candidates(state, log_probs, inputs.given, settings.pad_id)
+        draws = inputs.draws
+        draw = None if draws is None else ops.take(draws, state.index, axis=0)
+        parents, ids = settings.sampler.select(
+            logits, options.log_probs, options.lengths, draw
+        )
+        new_state = advance(
+            state,
+            options,
+            parents,
+            ids,
+            cache,
+            settings.end_id,
+            settings.pad_id,
+            settings.reorder,
+            settings.stop_sequences,
+            inputs.prompt_lengths,
+        )
+        return [new_state]
+
+    # A one-element list: Keras unpacks a tuple (the named state) otherwise.
+    (final,) = ops.while_loop(cond, body, [state])
+    return final
+
+
+def finish(state, sampler):
+    """`(tokens, scores, token_scores)` of a finished loop, best first.
+
+    `token_scores` is `None` unless the state tracks them.
+    """
+    scores = sampler.final_scores(state.log_probs, state.lengths)
+    tokens = state.tokens
+    token_scores = state.token_scores if tracks_token_scores(state) else None
+    if sampler.num_beams > 1:
+        # Re-rank by final score (live hypotheses cut at the end included).
+        scores, order = top_k_rows(scores, sampler.num_beams)
+        tokens = gather_beams(tokens, order)
+        if token_scores is not None:
+            token_scores = gather_beams(token_scores, order)
+    return tokens, scores, token_scores
 
 
 def generate_tokens(
@@ -309,6 +469,8 @@ def generate_tokens(
     reorder=None,
     processors=(),
     prompt_lengths=None,
+    stop_sequences=(),
+    return_token_scores=False,
 ):
     """Fills `tokens` after its given positions, one token per step.
 
@@ -341,40 +503,32 @@ def generate_tokens(
         processors: `keras_attn.generation.LogitsProcessor`s applied, in
             order, to the logits before the sampler. Defaults to `()`.
         prompt_lengths: int32 `(batch,)`, the given tokens at the start of
-            each row, for the processors. Defaults to `None`, meaning the
-            number of `given` positions.
+            each row, for the processors and stop sequences. Defaults to
+            `None`, meaning the number of `given` positions.
+        stop_sequences: tuples of ids: a hypothesis also ends once its
+            generated tokens end with one of them. Defaults to `()`.
+        return_token_scores: bool, whether to return each generated
+            token's log-probability. Defaults to `False`.
 
     Returns:
-        `(tokens, scores)`: int32 `(batch, beams, total_length)` and float32
-        `(batch, beams)` (`sampler.final_scores`), best hypothesis first.
+        `(tokens, scores, token_scores)`: int32 `(batch, beams,
+        total_length)`, float32 `(batch, beams)` (`sampler.final_scores`),
+        best hypothesis first, and float32 `(batch, beams, total_length)`
+        (each generated token's log-probability, 0 at given positions and
+        padding) or `None` without `return_token_scores`.
     """
-    batch_size, total_length = ops.shape(tokens)[0], ops.shape(tokens)[1]
-    draws = sampler.random_draws(total_length - 1, batch_size)
-    end_ids = end_ids_tuple(end_id)
-    if processors and prompt_lengths is None:
-        prompt_lengths = ops.sum(ops.cast(given, "int32"), axis=1)  # (batch,)
-
-    def cond(state):
-        return ops.logical_and(
-            state.index < total_length - 1, ops.logical_not(ops.all(state.ended))
-        )
-
-    def body(state):
-        logits, log_probs, cache = step_log_probs(
-            step, state, suppressed_ids, processors, prompt_lengths, end_ids
-        )
-        options = candidates(state, log_probs, given, pad_id)
-        draw = None if draws is None else ops.take(draws, state.index, axis=0)
-        parents, ids = sampler.select(logits, options.log_probs, options.lengths, draw)
-        return [advance(state, options, parents, ids, cache, end_id, pad_id, reorder)]
-
-    initial = initial_state(tokens, sampler.num_beams, first_index, state)
-    # A one-element list: Keras unpacks a tuple (the named state) otherwise.
-    (final,) = ops.while_loop(cond, body, [initial])
-    scores = sampler.final_scores(final.log_probs, final.lengths)
-    tokens = final.tokens
-    if sampler.num_beams > 1:
-        # Re-rank by final score (live hypotheses cut at the end included).
-        scores, order = top_k_rows(scores, sampler.num_beams)
-        tokens = gather_beams(tokens, order)
-    return tokens, scores
+    inputs = loop_inputs(sampler, given, prompt_lengths)
+    initial = initial_state(
+        tokens, sampler.num_beams, first_index, state, return_token_scores
+    )
+    settings = LoopSettings(
+        step=step,
+        sampler=sampler,
+        end_id=end_id,
+        pad_id=pad_id,
+        suppressed_ids=tuple(suppressed_ids),
+        reorder=reorder,
+        processors=tuple(processors),
+        stop_sequences=tuple(stop_sequences),
+    )
+    return finish(decode_steps(settings, initial, inputs), sampler)

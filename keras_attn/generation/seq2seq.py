@@ -11,26 +11,71 @@ from keras_attn.generation.decoding_inputs import (
     resolve_max_length,
 )
 from keras_attn.generation.decoding_loop import (
+    LoopSettings,
     cached_step,
-    generate_tokens,
+    decode_steps,
+    finish,
+    initial_state,
+    loop_inputs,
     reorder_self_attention,
     uncached_step,
 )
 from keras_attn.generation.logits_processors import check_processors
+from keras_attn.generation.stop_sequences import check_stop_sequences
 from keras_attn.validation import check_bool
 
 
-def _step_and_state(model, encoder_tokens, max_length, beams, use_cache):
-    """Runs the encoder once; returns `(step, state, reorder)` for `generate_tokens`."""
+def _step_state(model, encoder_tokens, max_length, beams, use_cache):
+    """Runs the encoder once; returns the step's state (a cache, or not)."""
     encoder_output, encoder_mask = model.encode(encoder_tokens)
     if beams > 1:
         # Every beam of a sentence shares its encoder output: (batch * beams, ...).
         encoder_output = ops.repeat(encoder_output, beams, axis=0)
         encoder_mask = ops.repeat(encoder_mask, beams, axis=0)
     if use_cache:
-        state = model.initial_cache(encoder_output, encoder_mask, max_length)
-        return cached_step(model), state, reorder_self_attention
-    return uncached_step(model), (encoder_output, encoder_mask), None
+        return model.initial_cache(encoder_output, encoder_mask, max_length)
+    return encoder_output, encoder_mask
+
+
+def seq2seq_settings(
+    model, start_id, end_id, sampler, use_cache, processors=(), stop_sequences=()
+):
+    """The `LoopSettings` of an encoder-decoder (arguments already checked)."""
+    return LoopSettings(
+        step=cached_step(model) if use_cache else uncached_step(model),
+        sampler=sampler,
+        end_id=end_id,
+        pad_id=model.pad_id,
+        suppressed_ids=(model.pad_id, start_id),
+        reorder=reorder_self_attention if use_cache else None,
+        processors=tuple(processors),
+        stop_sequences=tuple(stop_sequences),
+    )
+
+
+def start_seq2seq(
+    model,
+    encoder_tokens,
+    start_id,
+    sampler,
+    max_length,
+    use_cache=True,
+    prefix_tokens=None,
+    track_token_scores=False,
+):
+    """`(DecodeState, LoopInputs)` before the first step (arguments checked).
+
+    The encoder runs here, once; the target buffer holds `max_length + 1`
+    positions (the start token first).
+    """
+    state = _step_state(model, encoder_tokens, max_length, sampler.num_beams, use_cache)
+    batch_size = ops.shape(encoder_tokens)[0]
+    tokens, given, prompt_lengths = _start_tokens(
+        batch_size, max_length, start_id, model.pad_id, prefix_tokens
+    )
+    inputs = loop_inputs(sampler, given, prompt_lengths)
+    state = initial_state(tokens, sampler.num_beams, 0, state, track_token_scores)
+    return state, inputs
 
 
 def _start_tokens(batch_size, max_length, start_id, pad_id, prefix_tokens=None):
@@ -79,11 +124,16 @@ def check_prefix(model, prefix_tokens, max_length, batch_size):
     return prefix_tokens
 
 
-def decoding_result(tokens, scores, sampler):
+def decoding_result(tokens, scores, sampler, token_scores=None):
     """The dict the decoding functions return, from `(batch, beams, ...)`."""
     result = {"tokens": tokens[:, 0], "scores": scores[:, 0]}
-    if isinstance(sampler, samplers_lib.BeamSampler):
+    beam = isinstance(sampler, samplers_lib.BeamSampler)
+    if beam:
         result.update(beam_tokens=tokens, beam_scores=scores)
+    if token_scores is not None:
+        result["token_scores"] = token_scores[:, 0]
+        if beam:
+            result["beam_token_scores"] = token_scores
     return result
 
 
@@ -97,6 +147,8 @@ def generate_seq2seq(
     use_cache=True,
     processors=None,
     prefix_tokens=None,
+    stop_sequences=None,
+    return_token_scores=False,
 ):
     """Translates a batch of source ids with one decoding loop and a sampler.
 
@@ -136,13 +188,21 @@ def generate_seq2seq(
             its prefix (forced decoding), then the sampler continues it.
             The prefix's tokens cost nothing in the scores. Defaults to
             `None` (no prefix).
+        stop_sequences: a list of lists of token ids: a sentence also ends
+            once its generated tokens end with one of them (kept in the
+            output). Defaults to `None` (none).
+        return_token_scores: bool, whether to add `"token_scores"`, float32
+            `(batch, max_length)`: each generated token's log-probability
+            (0 at the prefix and padding), which sum to the unnormalized
+            score. Defaults to `False`.
 
     Returns:
         A dict with `"tokens"`, int32 `(batch, max_length)` (the sentence,
         `end_id`, then `pad_id`), and `"scores"`, float32 `(batch,)`: summed
         log-probabilities of the generated tokens, divided by the length
         penalty for a `BeamSampler`, which also adds `"beam_tokens"` and
-        `"beam_scores"` with every hypothesis, best first.
+        `"beam_scores"` with every hypothesis, best first (and
+        `"beam_token_scores"` with `return_token_scores`).
 
     Example:
 
@@ -160,31 +220,38 @@ def generate_seq2seq(
     )
     use_cache = check_bool(use_cache, "use_cache")
     processors = check_processors(processors, model.vocabulary_size)
+    stop_sequences = check_stop_sequences(
+        stop_sequences, model.vocabulary_size, model.pad_id
+    )
+    return_token_scores = check_bool(return_token_scores, "return_token_scores")
     encoder_tokens = check_source(model, encoder_tokens)
     max_length = resolve_max_length(model, encoder_tokens, max_length)
     prefix_tokens = check_prefix(
         model, prefix_tokens, max_length, encoder_tokens.shape[0]
     )
     if encoder_tokens.shape[0] == 0:
-        return decoding_result(*empty_result(sampler, max_length), sampler)
-    step, state, reorder = _step_and_state(
-        model, encoder_tokens, max_length, sampler.num_beams, use_cache
+        tokens, scores = empty_result(sampler, max_length)
+        token_scores = (
+            ops.zeros(tokens.shape, "float32") if return_token_scores else None
+        )
+        return decoding_result(tokens, scores, sampler, token_scores)
+    settings = seq2seq_settings(
+        model, start_id, end_id, sampler, use_cache, processors, stop_sequences
     )
-    batch_size = ops.shape(encoder_tokens)[0]
-    tokens, given, prompt_lengths = _start_tokens(
-        batch_size, max_length, start_id, model.pad_id, prefix_tokens
-    )
-    tokens, scores = generate_tokens(
-        step,
-        state,
-        tokens,
-        given,
+    state, inputs = start_seq2seq(
+        model,
+        encoder_tokens,
+        start_id,
         sampler,
-        end_id=end_id,
-        pad_id=model.pad_id,
-        suppressed_ids=(model.pad_id, start_id),
-        reorder=reorder,
-        processors=processors,
-        prompt_lengths=prompt_lengths,
+        max_length,
+        use_cache,
+        prefix_tokens,
+        return_token_scores,
     )
-    return decoding_result(tokens[:, :, 1:], scores, sampler)  # start left out
+    tokens, scores, token_scores = finish(
+        decode_steps(settings, state, inputs), sampler
+    )
+    if token_scores is not None:
+        token_scores = token_scores[:, :, 1:]
+    # The start token left out.
+    return decoding_result(tokens[:, :, 1:], scores, sampler, token_scores)

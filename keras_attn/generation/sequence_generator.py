@@ -6,8 +6,9 @@ import keras
 from keras import ops
 
 from keras_attn.generation import samplers as samplers_lib
+from keras_attn.generation import streaming
 from keras_attn.generation.beam_search import beam_search
-from keras_attn.generation.causal_lm import check_prompt, generate_lm
+from keras_attn.generation.causal_lm import check_prompt, generate_lm, lm_settings
 from keras_attn.generation.decoding_inputs import (
     check_end_ids,
     check_max_length,
@@ -25,9 +26,11 @@ from keras_attn.generation.seq2seq import (
     check_prefix,
     decoding_result,
     generate_seq2seq,
+    seq2seq_settings,
 )
+from keras_attn.generation.stop_sequences import check_stop_sequences
 from keras_attn.thread_safety import predict_lock
-from keras_attn.validation import check_bool, check_choice
+from keras_attn.validation import check_bool, check_choice, check_positive_int
 
 STRATEGIES = {"greedy": greedy_search, "beam": beam_search, "sample": sample}
 # The options of each strategy that configure its sampler.
@@ -65,7 +68,7 @@ def _check_sampler_options(model, is_lm, options):
     `max_length` is bounded by what the model supports
     (`decoding_inputs.max_length_limit`).
     """
-    accepted = ("max_length", "use_cache")
+    accepted = ("max_length", "use_cache", "return_token_scores")
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise ValueError(
@@ -79,8 +82,9 @@ def _check_sampler_options(model, is_lm, options):
         )
     if options.get("max_length") is not None:
         check_max_length_for(model, options["max_length"])
-    if "use_cache" in options:
-        check_bool(options["use_cache"], "use_cache")
+    for name in ("use_cache", "return_token_scores"):
+        if name in options:
+            check_bool(options[name], name)
 
 
 def _first_replica(result, generator, batch_size):
@@ -133,15 +137,20 @@ class SequenceGenerator(keras.Model):
         start_id: int, the start id (sequence-to-sequence only). Defaults
             to `2`.
         end_id: int, the end id, or a list of ids (a sequence ends at any
-            of them). Defaults to `3`.
+            of them); `None` runs a `TransformerLM` to `max_length`.
+            Defaults to `3`.
         sampler: a `keras_attn.generation.Sampler` or its name, in place of
             `strategy`. Defaults to `None`.
         processors: a list of `keras_attn.generation.LogitsProcessor`,
             applied in the compiled loop before the sampler. Defaults to
             `None` (none).
+        stop_sequences: a list of lists of token ids: a sequence also ends
+            once its generated tokens end with one of them. Defaults to
+            `None` (none).
         **options: passed to the strategy (`beam_size`,
             `length_penalty_alpha`, `top_k`, `top_p`, `temperature`, `seed`,
-            `max_length`, ...); with `sampler`, `max_length` and `use_cache`.
+            `max_length`, ...); with `sampler`, `max_length`, `use_cache`
+            and `return_token_scores`.
 
     Example:
 
@@ -161,6 +170,7 @@ class SequenceGenerator(keras.Model):
         end_id=3,
         sampler=None,
         processors=None,
+        stop_sequences=None,
         **options,
     ):
         self.is_lm = not hasattr(model, "encode")
@@ -188,7 +198,9 @@ class SequenceGenerator(keras.Model):
         super().__init__(name=f"{type(sampler).__name__.lower()}_generator")
         self.model = model
         if self.is_lm:
-            end_id = check_end_ids(end_id, model.vocabulary_size, pad_id=model.pad_id)
+            end_id = check_end_ids(
+                end_id, model.vocabulary_size, pad_id=model.pad_id, allow_none=True
+            )
         else:
             end_id = check_special_token_ids(
                 start_id, end_id, model.vocabulary_size, model.pad_id
@@ -196,6 +208,9 @@ class SequenceGenerator(keras.Model):
         self.start_id = start_id
         self.end_id = end_id
         self.processors = check_processors(processors, model.vocabulary_size)
+        self.stop_sequences = check_stop_sequences(
+            stop_sequences, model.vocabulary_size, model.pad_id
+        )
         if sampler.is_random:
             seed = sampler.seed
             if not isinstance(seed, keras.random.SeedGenerator):
@@ -214,7 +229,37 @@ class SequenceGenerator(keras.Model):
         names = {cls: name for name, cls in samplers_lib.SAMPLERS.items()}
         return names.get(type(self.sampler), type(self.sampler).__name__)
 
+    def loop_settings(self):
+        """The decoding loop's `LoopSettings` for this generator."""
+        use_cache = self.decode_options.get("use_cache", True)
+        if self.is_lm:
+            return lm_settings(
+                self.model,
+                self.end_id,
+                self.sampler,
+                use_cache,
+                self.processors,
+                self.stop_sequences,
+            )
+        return seq2seq_settings(
+            self.model,
+            self.start_id,
+            self.end_id,
+            self.sampler,
+            use_cache,
+            self.processors,
+            self.stop_sequences,
+        )
+
     def call(self, tokens):
+        if isinstance(tokens, dict) and streaming.STATE_KEY in tokens:
+            return streaming.resume(
+                self, tokens[streaming.STATE_KEY], tokens[streaming.STEPS_KEY]
+            )
+        if isinstance(tokens, dict) and streaming.START_KEY in tokens:
+            return streaming.start(
+                self, tokens[streaming.START_KEY], tokens.get("prefix_tokens")
+            )
         if self.is_lm:
             return generate_lm(
                 self.model,
@@ -222,6 +267,7 @@ class SequenceGenerator(keras.Model):
                 end_id=self.end_id,
                 sampler=self.sampler,
                 processors=self.processors,
+                stop_sequences=self.stop_sequences,
                 **self.decode_options,
             )
         prefix_tokens = None
@@ -235,6 +281,7 @@ class SequenceGenerator(keras.Model):
             sampler=self.sampler,
             processors=self.processors,
             prefix_tokens=prefix_tokens,
+            stop_sequences=self.stop_sequences,
             **self.decode_options,
         )
 
@@ -253,6 +300,72 @@ class SequenceGenerator(keras.Model):
                 sentence (sequence-to-sequence only). Each prefix width
                 compiles once. Defaults to `None`.
         """
+        inputs, batch_size = self._checked_inputs(tokens, prefix_tokens)
+        if batch_size == 0:
+            return self._empty_result(inputs)
+        with predict_lock(self.model, advances_state=self.sampler.is_random):
+            result = self.predict_on_batch(inputs)
+        return _first_replica(result, self, batch_size)
+
+    def stream(self, tokens, prefix_tokens=None, chunk_tokens=16):
+        """Decodes a batch of ids in chunks; returns an iterator.
+
+        The iterator yields, after every chunk of at most `chunk_tokens`
+        decoding steps, the tokens decoded so far: int32 NumPy
+        `(batch, length)`, laid out as `generate`'s `"tokens"` (padding
+        where nothing is decoded yet). The last one equals what `generate`
+        returns (the same steps and random draws: a fresh generator with
+        the same seed gives the same tokens). Each chunk is one call of the
+        compiled loop (`keras_attn.generation.streaming`), traced once;
+        a decoding of `n` steps takes `ceil(n / chunk_tokens)` chunks.
+
+        The arguments are checked here, when `stream` is called. Beam
+        search is refused: its best hypothesis can change after a chunk.
+
+        Args:
+            tokens: int `(batch, length)`: source ids, or an LM's
+                right-padded prompts.
+            prefix_tokens: as in `generate`. Defaults to `None`.
+            chunk_tokens: int > 0, the most steps per chunk. Defaults to
+                `16`.
+
+        Returns:
+            An iterator of int32 NumPy arrays `(batch, length)`.
+        """
+        chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
+        if self.sampler.num_beams > 1:
+            raise ValueError(
+                "Streaming decodes one hypothesis per sequence: beam search's "
+                "best hypothesis can change after a chunk, so text already "
+                "yielded would be taken back. Use a greedy or random sampler. "
+                f"Received: sampler={self.sampler!r}"
+            )
+        inputs, batch_size = self._checked_inputs(tokens, prefix_tokens)
+        if batch_size == 0:
+            return iter(())
+        if isinstance(inputs, dict):
+            start = {streaming.START_KEY: inputs["encoder_tokens"], **inputs}
+            del start["encoder_tokens"]
+        else:
+            start = {streaming.START_KEY: inputs}
+        return self._chunks(start, chunk_tokens)
+
+    def _chunks(self, start, chunk_tokens):
+        """`stream`'s iterator: one compiled call per chunk."""
+        advances_state = self.sampler.is_random
+        with predict_lock(self.model, advances_state=advances_state):
+            packed = self.predict_on_batch(start)
+        if streaming.is_done(packed):  # nothing to decode: the given tokens
+            yield streaming.best_tokens(packed, self.is_lm)
+        while not streaming.is_done(packed):
+            with predict_lock(self.model, advances_state=False):
+                packed = self.predict_on_batch(
+                    streaming.chunk_input(packed, chunk_tokens)
+                )
+            yield streaming.best_tokens(packed, self.is_lm)
+
+    def _checked_inputs(self, tokens, prefix_tokens):
+        """`(inputs, batch_size)`: the checked ids as the compiled call takes them."""
         if prefix_tokens is not None and self.is_lm:
             raise ValueError(
                 "`prefix_tokens` is for a sequence-to-sequence model; a "
@@ -273,10 +386,8 @@ class SequenceGenerator(keras.Model):
         else:
             tokens = check_source(self.model, tokens)
         batch_size = tokens.shape[0]
-        if batch_size == 0:
-            return self._empty_result(tokens)
         inputs = tokens
-        if prefix_tokens is not None:
+        if prefix_tokens is not None and batch_size:
             max_length = resolve_max_length(
                 self.model, tokens, self.decode_options.get("max_length")
             )
@@ -284,9 +395,7 @@ class SequenceGenerator(keras.Model):
                 self.model, prefix_tokens, max_length, batch_size
             )
             inputs = {"encoder_tokens": tokens, "prefix_tokens": prefix_tokens}
-        with predict_lock(self.model, advances_state=self.sampler.is_random):
-            result = self.predict_on_batch(inputs)
-        return _first_replica(result, self, batch_size)
+        return inputs, batch_size
 
     def _empty_result(self, tokens):
         """`generate`'s result for an empty batch, as NumPy arrays."""

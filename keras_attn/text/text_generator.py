@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from keras_attn.generation import SequenceGenerator, samplers
 from keras_attn.generation.logits_processors import check_processors
+from keras_attn.text.streamed_text import TextStream
 from keras_attn.text.task_checks import (
     check_jit_compile,
     check_texts,
@@ -15,7 +16,8 @@ from keras_attn.text.task_checks import (
     compiled,
     load_preset,
 )
-from keras_attn.validation import check_int, check_positive_int
+from keras_attn.text.translator import extra_end_ids, stop_sequence_ids
+from keras_attn.validation import check_bool, check_int, check_positive_int
 
 
 class TextGenerator:
@@ -128,22 +130,25 @@ class TextGenerator:
             max_value=self.model.max_sequence_length,
         )
 
-    def _generator(self, sampler, max_length, processors=()):
-        key = (sampler, max_length, processors)
+    def _generator(self, sampler, max_length, processors=(), end_ids=(), stops=()):
+        key = (sampler, max_length, processors, end_ids, stops)
         with self._generators_lock:
             if key not in self._generators:
+                end_id = self.tokenizer.end_id
                 generator = SequenceGenerator(
                     self.model,
                     sampler=sampler,
-                    end_id=self.tokenizer.end_id,
+                    end_id=[end_id, *end_ids] if end_ids else end_id,
                     processors=processors,
+                    stop_sequences=stops,
                     max_length=max_length,
                 )
                 self._generators[key] = compiled(generator, self.jit_compile)
             return self._generators[key]
 
-    def generate_ids(self, prompts, max_length=None, sampler=None, processors=None):
-        """Continues `prompts`; returns `(token_ids, scores)` per prompt."""
+    def _prepare(self, prompts, max_length, sampler, processors, end_ids, stops):
+        """`(generator, ids, batches)`: the checked call, each prompt's ids
+        (start included) and the padded prompt block of each batch."""
         prompts = check_texts(prompts, "prompts")
         processors = check_processors(processors, self.model.vocabulary_size)
         max_length = (
@@ -152,8 +157,15 @@ class TextGenerator:
             else self._check_max_length(max_length)
         )
         sampler = self.sampler if sampler is None else samplers.get(sampler)
+        generator = self._generator(
+            sampler,
+            max_length,
+            processors,
+            extra_end_ids(end_ids),
+            stop_sequence_ids(self.tokenizer, stops),
+        )
         if not prompts:
-            return [], []
+            return generator, [], []
         pieces = self.tokenizer.tokenize(tf.constant(prompts, tf.string)).to_list()
         ids = [[self.tokenizer.start_id, *row] for row in pieces]
         too_long = [len(row) for row in ids if len(row) >= max_length]
@@ -164,8 +176,7 @@ class TextGenerator:
                 "`max_length` or a shorter prompt."
             )
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        outputs, scores = [None] * len(ids), [0.0] * len(ids)
-        generator = self._generator(sampler, max_length, processors)
+        batches = []
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
             longest = max(len(ids[i]) for i in batch)
@@ -176,13 +187,59 @@ class TextGenerator:
             prompt = np.full((len(batch), width), self.tokenizer.pad_id, "int32")
             for row, i in enumerate(batch):
                 prompt[row, : len(ids[i])] = ids[i]
+            batches.append((batch, prompt))
+        return generator, ids, batches
+
+    def generate_ids(
+        self,
+        prompts,
+        max_length=None,
+        sampler=None,
+        processors=None,
+        end_ids=None,
+        stop_sequences=None,
+    ):
+        """Continues `prompts`; returns `(token_ids, scores)` per prompt.
+
+        The arguments are `generate`'s.
+        """
+        generator, ids, batches = self._prepare(
+            prompts, max_length, sampler, processors, end_ids, stop_sequences
+        )
+        outputs, scores = [None] * len(ids), [0.0] * len(ids)
+        for batch, prompt in batches:
             result = generator.generate(prompt)
             for row, i in enumerate(batch):
                 outputs[i] = result["tokens"][row].tolist()
                 scores[i] = float(result["scores"][row])
         return outputs, scores
 
-    def generate(self, prompts, max_length=None, sampler=None, processors=None):
+    def _detokenize(self, outputs):
+        texts = self.tokenizer.detokenize(np.asarray(outputs, "int32")).numpy()
+        return [text.decode("utf-8") for text in texts]
+
+    def _stream(self, generator, count, batches, chunk_tokens):
+        """`generate(stream=True)`'s iterator (arguments checked)."""
+        stream = TextStream(count)
+        for batch, prompt in batches:
+            tokens = None
+            for tokens in generator.stream(prompt, chunk_tokens=chunk_tokens):
+                yield stream.update(batch, self._detokenize(tokens))
+            rest = stream.update(batch, self._detokenize(tokens), final=True)
+            if any(rest):
+                yield rest
+
+    def generate(
+        self,
+        prompts,
+        max_length=None,
+        sampler=None,
+        processors=None,
+        end_ids=None,
+        stop_sequences=None,
+        stream=False,
+        chunk_tokens=16,
+    ):
         """Continues a list of strings; returns a list of strings.
 
         Args:
@@ -196,12 +253,45 @@ class TextGenerator:
             processors: a list of `keras_attn.generation.LogitsProcessor`
                 applied inside the compiled loop (each list compiles once).
                 Defaults to `None` (none).
+            end_ids: a list of token ids that end a sequence besides the
+                tokenizer's end id (each list compiles once). Defaults to
+                `None` (none).
+            stop_sequences: a list of strings: a sequence also ends once its
+                generated pieces end with the pieces of one of them (the
+                string is tokenized on its own, as a word start; kept in
+                the output). Defaults to `None` (none).
+            stream: bool, whether to return an iterator that yields, after
+                each chunk of decoding steps, the new text of every prompt
+                (a list of strings, `""` for a prompt with nothing new; the
+                first chunk of a prompt holds its prompt text too); the
+                concatenation of a prompt's pieces is what `generate`
+                returns for it. Greedy and random samplers only. Defaults
+                to `False`.
+            chunk_tokens: int > 0, the most decoding steps per streamed
+                chunk. Defaults to `16`.
 
         Returns:
-            A list of strings, each its prompt and the continuation.
+            A list of strings, each its prompt and the continuation; with
+            `stream=True`, an iterator of lists of new text.
         """
-        outputs, _ = self.generate_ids(prompts, max_length, sampler, processors)
+        stream = check_bool(stream, "stream")
+        generator, ids, batches = self._prepare(
+            prompts, max_length, sampler, processors, end_ids, stop_sequences
+        )
+        if stream:
+            chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
+            if generator.sampler.num_beams > 1:
+                raise ValueError(
+                    "`stream=True` needs a greedy or random sampler: beam "
+                    "search's best hypothesis can change after a chunk. "
+                    f"Received: sampler={generator.sampler!r}"
+                )
+            return self._stream(generator, len(ids), batches, chunk_tokens)
+        outputs = [None] * len(ids)
+        for batch, prompt in batches:
+            result = generator.generate(prompt)
+            for row, i in enumerate(batch):
+                outputs[i] = result["tokens"][row].tolist()
         if not outputs:
             return []
-        texts = self.tokenizer.detokenize(np.asarray(outputs, "int32")).numpy()
-        return [text.decode("utf-8") for text in texts]
+        return self._detokenize(outputs)

@@ -10,6 +10,7 @@ import tensorflow as tf
 from keras_attn.generation import BeamSampler, SequenceGenerator
 from keras_attn.generation.decoding_inputs import resolve_max_length
 from keras_attn.generation.logits_processors import check_processors
+from keras_attn.text.streamed_text import TextStream
 from keras_attn.text.task_checks import (
     check_jit_compile,
     check_texts,
@@ -42,6 +43,59 @@ def _with_preset_beam_options(directory, options, beam_size, length_penalty_alph
         if value is not None:
             options.setdefault(name, value)
     return options
+
+
+def _check_return_scores(return_scores):
+    """`return_scores`: `False`, `True` or `"raw"`."""
+    if isinstance(return_scores, str):
+        if return_scores == "raw":
+            return return_scores
+        raise ValueError(
+            '`return_scores` must be False, True or "raw". '
+            f"Received: return_scores={return_scores!r}"
+        )
+    return check_bool(return_scores, "return_scores")
+
+
+def extra_end_ids(end_ids):
+    """`end_ids` as a tuple of ids (checked by the generator), `None`: `()`."""
+    if end_ids is None:
+        return ()
+    if not isinstance(end_ids, (list, tuple)):
+        raise TypeError(
+            f"`end_ids` must be a list of token ids. Received: end_ids={end_ids!r:.100}"
+        )
+    return tuple(end_ids)
+
+
+def stop_sequence_ids(tokenizer, stop_sequences):
+    """The pieces of each stop string, as a tuple of tuples of ids."""
+    if stop_sequences is None:
+        return ()
+    stop_sequences = check_string_list(stop_sequences, "stop_sequences")
+    if any(not text for text in stop_sequences):
+        raise ValueError(
+            "`stop_sequences` must hold non-empty strings. "
+            f"Received: stop_sequences={stop_sequences!r:.100}"
+        )
+    pieces = tokenizer.tokenize(tf.constant(stop_sequences, tf.string)).to_list()
+    return tuple(tuple(row) for row in pieces)
+
+
+def _check_streamable(generator, num_return_sequences, return_scores):
+    """Refuses what a stream can not give, naming it."""
+    if num_return_sequences is not None or return_scores:
+        raise ValueError(
+            "`stream=True` yields text only: not with `num_return_sequences` "
+            f"or `return_scores`. Received: num_return_sequences="
+            f"{num_return_sequences!r}, return_scores={return_scores!r}"
+        )
+    if generator.sampler.num_beams > 1:
+        raise ValueError(
+            "`stream=True` needs a greedy or random sampler: beam search's "
+            "best hypothesis can change after a chunk, so text already "
+            f"yielded would be taken back. Received: sampler={generator.sampler!r}"
+        )
 
 
 class Translator:
@@ -149,28 +203,44 @@ class Translator:
             **options,
         )
         self.generator = compiled(generator, jit_compile)
-        # One generator per processor list, made once even when threads
-        # ask for it together (a seeded sampler's draws are shared out).
-        self._generators = {self.processors: self.generator}
+        # One generator per processor list, end ids, stop sequences and
+        # token scores, made once even when threads ask for it together (a
+        # seeded sampler's draws are shared out).
+        self._generators = {(self.processors, (), (), False): self.generator}
         self._generators_lock = threading.Lock()
 
-    def _generator(self, processors):
-        """The compiled generator of `processors` (`None`: the translator's)."""
+    def _generator(
+        self, processors=None, end_ids=None, stop_sequences=None, token_scores=False
+    ):
+        """The compiled generator of these controls (`None`: the translator's).
+
+        `end_ids` are ids that end a translation besides the tokenizer's end
+        id; `stop_sequences` strings, each tokenized into a stop sequence.
+        """
         if processors is None:
-            return self.generator
+            processors = self.processors
         processors = check_processors(processors, self.model.vocabulary_size)
+        end_ids = extra_end_ids(end_ids)
+        stops = stop_sequence_ids(self.tokenizer, stop_sequences)
+        key = (processors, end_ids, stops, token_scores)
         with self._generators_lock:
-            if processors not in self._generators:
+            if key not in self._generators:
+                options = dict(self.generator.decode_options)
+                if token_scores:
+                    options["return_token_scores"] = True
                 generator = SequenceGenerator(
                     self.model,
                     start_id=self.tokenizer.start_id,
-                    end_id=self.tokenizer.end_id,
+                    end_id=[self.tokenizer.end_id, *end_ids]
+                    if end_ids
+                    else self.tokenizer.end_id,
                     sampler=self.generator.sampler,
                     processors=processors,
-                    **self.generator.decode_options,
+                    stop_sequences=stops,
+                    **options,
                 )
-                self._generators[processors] = compiled(generator, self.jit_compile)
-            return self._generators[processors]
+                self._generators[key] = compiled(generator, self.jit_compile)
+            return self._generators[key]
 
     @classmethod
     def from_preset(
@@ -282,25 +352,22 @@ class Translator:
             return []
         return self.tokenizer.tokenize(tf.constant(prefix, tf.string)).to_list()
 
-    def _decode(self, sentences, processors=None, prefix=None):
-        """Every hypothesis per sentence: `(token_ids, scores)`, best first.
+    def _batches(self, sentences, generator, prefix):
+        """`(batch, todo, source, prefix_tokens)` per decoding batch, and the
+        prefix ids per sentence.
 
-        A sampler other than `BeamSampler` gives one hypothesis.
+        `batch` are the sentences' numbers, `todo` those that need the model
+        (empty sentences without a prefix translate to nothing).
         """
-        sentences = check_texts(sentences, "sentences")
-        generator = self._generator(processors)
         ids = self.encode_sources(sentences)
         prefixes = self._prefix_ids(prefix, len(ids))
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        outputs, scores = [None] * len(ids), [None] * len(ids)
+        batches = []
         for start in range(0, len(order), self.batch_size):
             batch = order[start : start + self.batch_size]
-            # Empty sentences (just the end id) need no model: empty output,
-            # or their prefix.
             todo = [i for i in batch if sentences[i].strip() or prefixes[i]]
-            for i in batch:
-                outputs[i], scores[i] = [list(prefixes[i])], [0.0]
             if not todo:
+                batches.append((batch, todo, None, None))
                 continue
             length = _bucket_length(
                 max(len(ids[i]) for i in todo),
@@ -311,13 +378,60 @@ class Translator:
             for row, i in enumerate(todo):
                 source[row, : len(ids[i])] = ids[i]
             prefix_tokens = self._prefix_block(generator, source, prefixes, todo)
+            batches.append((batch, todo, source, prefix_tokens))
+        return batches, prefixes
+
+    def _decode(self, sentences, prefix, generator):
+        """Every hypothesis per sentence: `(token_ids, scores, raw_scores)`,
+        best first; `raw_scores` (summed log-probabilities) where the
+        generator returns token scores, else `None`s.
+
+        A sampler other than `BeamSampler` gives one hypothesis.
+        """
+        sentences = check_texts(sentences, "sentences")
+        batches, prefixes = self._batches(sentences, generator, prefix)
+        outputs = [None] * len(sentences)
+        scores, raw = [None] * len(sentences), [None] * len(sentences)
+        for batch, todo, source, prefix_tokens in batches:
+            # Empty sentences (just the end id) need no model: empty output,
+            # or their prefix.
+            for i in batch:
+                outputs[i], scores[i], raw[i] = [list(prefixes[i])], [0.0], [0.0]
+            if not todo:
+                continue
             result = generator.generate(source, prefix_tokens=prefix_tokens)
             tokens = result.get("beam_tokens", result["tokens"][:, None])
             beam_scores = result.get("beam_scores", result["scores"][:, None])
+            token_scores = result.get("beam_token_scores")
+            if token_scores is None and "token_scores" in result:
+                token_scores = result["token_scores"][:, None]
             for row, i in enumerate(todo):
                 outputs[i] = [beam.tolist() for beam in tokens[row]]
                 scores[i] = [float(score) for score in beam_scores[row]]
-        return outputs, scores
+                if token_scores is not None:
+                    raw[i] = [float(score) for score in token_scores[row].sum(-1)]
+        return outputs, scores, raw
+
+    def _stream(self, sentences, generator, prefix, chunk_tokens):
+        """`translate(stream=True)`'s iterator (arguments checked)."""
+        batches, prefixes = self._batches(sentences, generator, prefix)
+        stream = TextStream(len(sentences))
+        # Sentences without a model call: their prefix, at once.
+        done = [i for batch, todo, _, _ in batches for i in batch if i not in todo]
+        if done:
+            texts = self._detokenize([prefixes[i] for i in done])
+            yield stream.update(done, texts, final=True)
+        for _, todo, source, prefix_tokens in batches:
+            if not todo:
+                continue
+            tokens = None
+            for tokens in generator.stream(source, prefix_tokens, chunk_tokens):
+                texts = self._detokenize([row.tolist() for row in tokens])
+                yield stream.update(todo, texts)
+            texts = self._detokenize([row.tolist() for row in tokens])
+            rest = stream.update(todo, texts, final=True)
+            if any(rest):
+                yield rest
 
     def _prefix_block(self, generator, source, prefixes, todo):
         """int32 `(batch, width)` prefixes (a bucketed width), or `None`."""
@@ -341,9 +455,20 @@ class Translator:
             block[row, : len(prefixes[i])] = prefixes[i]
         return block
 
-    def translate_ids(self, sentences, processors=None, prefix=None):
-        """Decodes `sentences`; returns `(token_ids, scores)` per sentence."""
-        outputs, scores = self._decode(sentences, processors, prefix)
+    def translate_ids(
+        self,
+        sentences,
+        processors=None,
+        prefix=None,
+        end_ids=None,
+        stop_sequences=None,
+    ):
+        """Decodes `sentences`; returns `(token_ids, scores)` per sentence.
+
+        The arguments are `translate`'s.
+        """
+        generator = self._generator(processors, end_ids, stop_sequences)
+        outputs, scores, _ = self._decode(sentences, prefix, generator)
         return [beams[0] for beams in outputs], [beams[0] for beams in scores]
 
     def _detokenize(self, outputs):
@@ -378,6 +503,10 @@ class Translator:
         prefix=None,
         num_return_sequences=None,
         return_scores=False,
+        end_ids=None,
+        stop_sequences=None,
+        stream=False,
+        chunk_tokens=16,
     ):
         """Translates a list of strings; returns a list of strings.
 
@@ -392,21 +521,49 @@ class Translator:
             num_return_sequences: int, the best `k` hypotheses per
                 sentence, at most the beam width of a `BeamSampler`.
                 Defaults to `None` (the best one, not in a list).
-            return_scores: bool, whether each translation comes as a
-                `(text, score)` pair, the score being what the search ranks
-                by (the length-normalized log-probability for beam search).
+            return_scores: `False`, `True` or `"raw"`: whether each
+                translation comes as a `(text, score)` pair. With `True`
+                the score is what the search ranks by (the
+                length-normalized log-probability for beam search); with
+                `"raw"` the summed log-probability of the generated tokens.
                 Defaults to `False`.
+            end_ids: a list of token ids that end a translation besides the
+                tokenizer's end id (each list compiles once). Defaults to
+                `None` (none).
+            stop_sequences: a list of strings: a translation also ends once
+                its generated pieces end with the pieces of one of them
+                (the string is tokenized on its own, as a word start; kept
+                in the output). Defaults to `None` (none).
+            stream: bool, whether to return an iterator that yields, after
+                each chunk of decoding steps, the new text of every
+                sentence (a list of strings, `""` for a sentence with
+                nothing new); the concatenation of a sentence's pieces is
+                its translation. Greedy and random samplers only; not with
+                `num_return_sequences` or `return_scores`. Defaults to
+                `False`.
+            chunk_tokens: int > 0, the most decoding steps per streamed
+                chunk. Defaults to `16`.
 
         Returns:
             A list with one entry per sentence: a string, or a
             `(text, score)` pair with `return_scores`; with
             `num_return_sequences=k` a list of `k` of them, best first.
+            With `stream=True`, an iterator of such lists of new text.
         """
-        return_scores = check_bool(return_scores, "return_scores")
-        k = self._check_num_return_sequences(
-            num_return_sequences, self._generator(processors)
+        return_scores = _check_return_scores(return_scores)
+        stream = check_bool(stream, "stream")
+        generator = self._generator(
+            processors, end_ids, stop_sequences, token_scores=return_scores == "raw"
         )
-        outputs, scores = self._decode(sentences, processors, prefix)
+        k = self._check_num_return_sequences(num_return_sequences, generator)
+        if stream:
+            chunk_tokens = check_positive_int(chunk_tokens, "chunk_tokens")
+            _check_streamable(generator, num_return_sequences, return_scores)
+            sentences = check_texts(sentences, "sentences")
+            return self._stream(sentences, generator, prefix, chunk_tokens)
+        outputs, scores, raw = self._decode(sentences, prefix, generator)
+        if return_scores == "raw":
+            scores = raw
         kept = 1 if k is None else k
         flat = [beam for beams in outputs for beam in beams[:kept]]
         texts = iter(self._detokenize(flat))

@@ -3,7 +3,7 @@
 import keras
 import pytest
 
-from keras_attn.generation import BeamSampler, NoRepeatNGram
+from keras_attn.generation import BeamSampler, NoRepeatNGram, TopKSampler
 from keras_attn.models import Transformer, TransformerLM
 from keras_attn.text import (
     SubwordTokenizer,
@@ -94,3 +94,58 @@ def test_text_generator_takes_processors(tokenizer):
     assert len(row) == len(set(row)), row
     with pytest.raises(TypeError, match="`processors` must be a list"):
         generator.generate(["A dog"], processors=NoRepeatNGram(1))
+
+
+def test_streamed_translation_end_ids_and_raw_scores(translator, tokenizer):
+    greedy = Translator(
+        translator.model, tokenizer, sampler="greedy", max_length=MAX_LENGTH
+    )
+    prefixes = ["A dog", "Two", ""]
+    expected = greedy.translate(SENTENCES, prefix=prefixes)
+    chunks = list(
+        greedy.translate(SENTENCES, prefix=prefixes, stream=True, chunk_tokens=3)
+    )
+    assert all(isinstance(chunk, list) and len(chunk) == 3 for chunk in chunks)
+    assert ["".join(parts) for parts in zip(*chunks)] == expected
+    with pytest.raises(ValueError, match="not with `num_return_sequences`"):
+        greedy.translate(SENTENCES, stream=True, return_scores=True)
+    with pytest.raises(ValueError, match="greedy or random sampler"):
+        translator.translate(SENTENCES, stream=True)
+    # An extra end id: the first generated piece of the first sentence ends it.
+    ids, _ = greedy.translate_ids(SENTENCES)
+    first = ids[0][0]
+    stopped, _ = greedy.translate_ids(SENTENCES, end_ids=[first])
+    assert stopped[0][0] == first and set(stopped[0][1:]) <= {tokenizer.pad_id}
+    # The raw n-best scores: the same hypotheses, not length-normalized.
+    normalized = translator.translate(
+        SENTENCES, num_return_sequences=2, return_scores=True
+    )
+    raw = translator.translate(SENTENCES, num_return_sequences=2, return_scores="raw")
+    for sentence, one, other in zip(SENTENCES, normalized, raw):
+        assert [text for text, _ in one] == [text for text, _ in other]
+        if sentence:
+            # lp(y) >= 1 and log-probabilities < 0: raw <= normalized.
+            assert all(r <= n + 1e-6 for (_, n), (_, r) in zip(one, other))
+            assert any(r < n for (_, n), (_, r) in zip(one, other))
+    with pytest.raises(ValueError, match='False, True or "raw"'):
+        translator.translate(SENTENCES, return_scores="normalized")
+
+
+def test_streamed_text_generation_with_stop_strings(tokenizer):
+    keras.utils.set_random_seed(0)
+    model = TransformerLM.from_preset(
+        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0
+    )
+    generator = TextGenerator(
+        model, tokenizer, sampler=TopKSampler(k=5, seed=4), max_length=MAX_LENGTH + 6
+    )
+    prompts = ["A dog", "Two men"]
+    controls = dict(stop_sequences=["the", "a"], end_ids=[5])
+    expected = TextGenerator(
+        model, tokenizer, sampler=TopKSampler(k=5, seed=4), max_length=MAX_LENGTH + 6
+    ).generate(prompts, **controls)
+    chunks = list(generator.generate(prompts, stream=True, chunk_tokens=4, **controls))
+    assert ["".join(parts) for parts in zip(*chunks)] == expected
+    assert chunks[0][0].startswith("A dog")
+    with pytest.raises(ValueError, match="non-empty strings"):
+        generator.generate(prompts, stop_sequences=[""])
