@@ -260,7 +260,7 @@ def part_costs(args):
             keras.ops.layer_normalization(z, gamma, beta, epsilon=1e-5)
         ),
         # The blocks' `LayerNorm`: the same values, a written-out gradient.
-        "keras_attn.layers.normalization.layer_norm": lambda z, gamma, beta: layer_norm(
+        "keras_attn.layers.layer_norm": lambda z, gamma, beta: layer_norm(
             z, gamma, beta, epsilon=1e-5
         ),
     }

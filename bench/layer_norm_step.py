@@ -8,7 +8,7 @@ Two copies of the translation recipe's quick model (4 + 4 layers, d 128,
 ff 256, vocabulary 8000, dropout 0.1; the recipe's loss, optimizer and
 metric) with the same weights, at a batch of 64 x 32 tokens: one as
 shipped, whose 20 norms are `keras_attn.layers.LayerNorm` (a written-out
-gradient, `keras_attn.layers.normalization.layer_norm`), one whose norms run
+gradient, `keras_attn.layers.layer_norm`), one whose norms run
 `keras.layers.LayerNormalization.call` (`keras.ops.layer_normalization`,
 differentiated automatically). `train_on_batch` steps of the two are
 timed in interleaved windows; it prints the medians and their ratio.

@@ -123,7 +123,7 @@ def build_keras_attn(keras, shape, num_key_value_heads=None):
         intermediate_dim=shape["intermediate_dim"],
         dropout=0.0,
         max_sequence_length=shape["prompt_length"] + shape["new_tokens"],
-        num_key_value_heads=num_key_value_heads,
+        attention={"num_key_value_heads": num_key_value_heads},
     )
     max_length = shape["prompt_length"] + shape["new_tokens"]
 

@@ -42,6 +42,21 @@ Results go to `<work-dir>/serving_formats_<strategies>.json`.
     python bench/serving_latency.py --formats                  # greedy and beam, ~8 min
     python bench/serving_latency.py --formats --strategies greedy
     python bench/serving_latency.py --formats --smoke          # random tiny preset, ~1 min
+
+`--ctranslate2` puts CTranslate2 beside the Keras `Translator` on a Marian
+checkpoint (`--preset hf://Helsinki-NLP/opus-mt-en-de` or a local
+checkpoint directory): the `ctranslate2` row is the checkpoint loaded by
+keras-attn, written back by `keras_attn.hf.export_to_transformers`,
+converted by CTranslate2's `TransformersConverter` and served by
+`ctranslate2.Translator` (tokenized by `transformers.MarianTokenizer`, as
+CTranslate2's documentation does). Greedy search is the same search on
+both sides; CTranslate2's beam search normalizes scores by length
+(`length_penalty`), ours with GNMT's penalty, so beam translations may
+differ. The SavedModel and ONNX rows are left out (a Marian tokenizer runs
+in Python, not in a TensorFlow graph).
+
+    python bench/serving_latency.py --formats --ctranslate2 --preset hf://Helsinki-NLP/opus-mt-en-de
+    python bench/serving_latency.py --formats --ctranslate2 --smoke   # random tiny Marian, ~1 min
 """
 
 import argparse
@@ -295,6 +310,7 @@ FORMAT_ROWS = {
     "savedmodel_jax": ("savedmodel", "jax"),
     "savedmodel_tensorflow": ("savedmodel", "tensorflow"),
     "onnxruntime": ("onnx", "tensorflow"),
+    "ctranslate2": ("ctranslate2", "tensorflow"),
 }
 ROW_TITLES = {
     "keras_jax": "Keras `Translator`, JAX",
@@ -302,6 +318,7 @@ ROW_TITLES = {
     "savedmodel_jax": "SavedModel (JAX export), TensorFlow runtime",
     "savedmodel_tensorflow": "SavedModel (TensorFlow export), TensorFlow runtime",
     "onnxruntime": "ONNX Runtime (TensorFlow export)",
+    "ctranslate2": "CTranslate2 (Marian export)",
 }
 # Sources are padded to a multiple of 16 in the Keras and ONNX rows: the
 # SavedModel's smallest bucket, so that all decode the same arrays (up to
@@ -317,11 +334,22 @@ def preset_directory(preset):
     return shipped if shipped.is_dir() else Path(preset).resolve()
 
 
+def is_marian(preset):
+    """Whether the preset is a Marian checkpoint (for `--ctranslate2`)."""
+    config = preset_directory(preset) / "config.json"
+    return (
+        config.is_file()
+        and json.loads(config.read_text()).get("model_type") == "marian"
+    )
+
+
 def decoding_options(preset, strategy):
     """`{"beam_size", "length_penalty_alpha"}` of the preset's beam search."""
     if strategy != "beam":
         return {}
-    metadata = json.loads((preset_directory(preset) / "metadata.json").read_text())
+    metadata_file = preset_directory(preset) / "metadata.json"
+    # (A Marian checkpoint has none: our defaults.)
+    metadata = json.loads(metadata_file.read_text()) if metadata_file.is_file() else {}
     saved = metadata.get("decoding", {})
     return {
         "beam_size": saved.get("beam_size", 4),
@@ -346,6 +374,82 @@ def make_smoke_preset(directory):
     model.save_to_preset(directory, tokenizer=tokenizer)
 
 
+def make_smoke_marian(directory):
+    """`--ctranslate2 --smoke`'s checkpoint: a random tiny `MarianMTModel`
+    (OPUS-MT's options) and a 120-piece SentencePiece model as both
+    `source.spm` and `target.spm`, saved with `save_pretrained`."""
+    import sentencepiece
+    import torch
+    import transformers
+
+    with gzip.open(TEST_SOURCES, "rt", encoding="utf-8") as file:
+        sentences = file.read().splitlines()[:200]
+    directory.mkdir(parents=True)
+    spm = directory / "spm"
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_prefix=str(spm),
+        vocab_size=120,
+        unk_id=0,
+        eos_id=1,
+        bos_id=-1,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    processor = sentencepiece.SentencePieceProcessor(model_file=f"{spm}.model")
+    vocabulary = {"</s>": 0, "<unk>": 1}
+    for i in range(processor.get_piece_size()):
+        vocabulary.setdefault(processor.id_to_piece(i), len(vocabulary))
+    vocabulary["<pad>"] = len(vocabulary)
+    (directory / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False))
+    torch.manual_seed(3)
+    size = len(vocabulary)
+    config = transformers.MarianConfig(
+        vocab_size=size,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=256,
+        activation_function="swish",
+        scale_embedding=True,
+        pad_token_id=size - 1,
+        decoder_start_token_id=size - 1,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+    )
+    model = transformers.MarianMTModel(config)
+    with torch.no_grad():
+        # Large random weights: translations of varied length and tokens
+        # (at the default initialization every sentence ends at once).
+        for name, parameter in model.named_parameters():
+            if parameter.ndim == 2 and "embed_positions" not in name:
+                parameter.normal_(0.0, 0.4)
+        model.model.shared.weight[size - 1] = 0.0  # OPUS-MT's zero <pad> row
+    model.save_pretrained(directory, safe_serialization=True)
+    transformers.MarianTokenizer(
+        f"{spm}.model", f"{spm}.model", str(directory / "vocab.json")
+    ).save_pretrained(directory)
+
+
+def export_ctranslate2(directory, work_dir):
+    """A Marian checkpoint loaded by keras-attn, exported back and converted."""
+    import ctranslate2
+
+    from keras_attn.hf import export_to_transformers, files, marian
+    from keras_attn.models import Transformer
+
+    model = Transformer.from_preset(str(directory))
+    tokenizer = marian.load_tokenizer(directory, files.read_config(directory))
+    exported = export_to_transformers(model, tokenizer, work_dir / "marian_export")
+    ctranslate2.converters.TransformersConverter(str(exported)).convert(
+        str(work_dir / "ctranslate2"), force=True
+    )
+
+
 def export_formats(preset, strategy, work_dir, runtimes):
     """`_export_formats`: this backend's exports of `preset`, with seconds taken."""
     from keras_attn.export import export_onnx_translator, export_translator
@@ -357,6 +461,16 @@ def export_formats(preset, strategy, work_dir, runtimes):
         runtimes = [r for r in runtimes if r != "smoke_preset"]
         if not directory.is_dir():
             make_smoke_preset(directory)
+    if "smoke_marian" in runtimes:  # `--ctranslate2 --smoke`
+        runtimes = [r for r in runtimes if r != "smoke_marian"]
+        if not directory.is_dir():
+            make_smoke_marian(directory)
+    if runtimes == ["ctranslate2"]:
+        start = time.perf_counter()
+        export_ctranslate2(directory, work_dir)
+        seconds = round(time.perf_counter() - start, 1)
+        (work_dir / "ctranslate2.export_seconds").write_text(f"{seconds}\n")
+        return
     model = Transformer.from_preset(directory)
     tokenizer = SubwordTokenizer.from_preset(directory)
     options = decoding_options(preset, strategy)
@@ -419,6 +533,8 @@ def serve(runtime, target, strategy):
         def translate(sentences):
             outputs = function(sentences=tf.constant(sentences, tf.string))
             return [t.decode("utf-8") for t in outputs["translations"].numpy()]
+    elif runtime == "ctranslate2":
+        translate = ctranslate2_client(Path(target), strategy)
     else:
         sys.path.insert(0, target)  # the client copied beside the model
         from onnx_translator import OnnxTranslator
@@ -437,6 +553,52 @@ def serve(runtime, target, strategy):
         texts = translate(sentences)
         seconds = time.perf_counter() - start
         print(PROTOCOL + json.dumps({"seconds": seconds, "texts": texts}), flush=True)
+
+
+def ctranslate2_client(work_dir, strategy):
+    """`translate(sentences)` of the CTranslate2 conversion in `work_dir`.
+
+    Tokenized by `transformers.MarianTokenizer` (the exported files);
+    greedy is `beam_size=1`, beam search the preset's beam size. At most
+    `source length + 50` tokens, as our decoding.
+    """
+    import ctranslate2
+    import transformers
+
+    tokenizer = transformers.MarianTokenizer.from_pretrained(work_dir / "marian_export")
+    engine = ctranslate2.Translator(
+        str(work_dir / "ctranslate2"), device="cpu", intra_threads=os.cpu_count()
+    )
+    beam_size = (
+        1
+        if strategy == "greedy"
+        else decoding_options(str(work_dir), "beam")["beam_size"]
+    )
+
+    def translate(sentences):
+        sources = [
+            tokenizer.convert_ids_to_tokens(tokenizer(s).input_ids) for s in sentences
+        ]
+        # Our `Translator` pads sources to a multiple of LENGTH_MULTIPLE and
+        # decodes at most that + 50 tokens: the same limit here.
+        longest = max(len(s) for s in sources)
+        padded = -(-longest // LENGTH_MULTIPLE) * LENGTH_MULTIPLE
+        results = engine.translate_batch(
+            sources,
+            beam_size=beam_size,
+            max_decoding_length=padded + 50,
+            min_decoding_length=0,  # as ours: an empty translation is allowed
+        )
+        # As our detokenizer: special tokens left out.
+        return [
+            tokenizer.decode(
+                tokenizer.convert_tokens_to_ids(r.hypotheses[0]),
+                skip_special_tokens=True,
+            )
+            for r in results
+        ]
+
+    return translate
 
 
 class Worker:
@@ -489,8 +651,9 @@ def preset_fingerprint(preset):
     if not directory.is_dir():
         return None
     digest = hashlib.sha256()
-    for name in ("config.json", "model.weights.h5"):
-        digest.update((directory / name).read_bytes())
+    for name in ("config.json", "model.weights.h5", "model.safetensors"):
+        if (directory / name).is_file():  # (a Marian checkpoint: safetensors)
+            digest.update((directory / name).read_bytes())
     return digest.hexdigest()
 
 
@@ -515,7 +678,7 @@ def export_all_formats(preset, strategy, rows, work_dir):
             exported.append(stamp)
     for backend, runtimes in by_backend.items():
         if not preset_directory(preset).is_dir():
-            runtimes.append("smoke_preset")
+            runtimes.append("smoke_marian" if "ctranslate2" in rows else "smoke_preset")
         print(f"exporting {', '.join(runtimes)} on {backend} ...", flush=True)
         command = [sys.executable, __file__, "_export_formats", preset, strategy]
         _run([*command, work_dir, *runtimes], backend=backend, cwd=ROOT)
@@ -530,6 +693,8 @@ def measure_formats(preset, strategy, rows, work_dir, requests):
     for name in rows:
         runtime, backend = FORMAT_ROWS[name]
         target = preset if runtime == "keras" else work_dir / name
+        if runtime == "ctranslate2":
+            target = work_dir  # the export and the conversion
         workers[name] = Worker(name, runtime, backend, target, strategy, work_dir)
         print(f"{name}: loaded in {workers[name].load_s} s", flush=True)
     try:
@@ -577,6 +742,12 @@ def formats_main(argv):
         action="store_true",
         help="a random tiny preset, greedy, 2 + 1 requests of batch 4",
     )
+    parser.add_argument(
+        "--ctranslate2",
+        action="store_true",
+        help="Keras against CTranslate2 on a Marian checkpoint (--preset "
+        "hf://owner/name or its directory)",
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         args.strategies, args.runs, args.batch_runs, args.batch_size = (
@@ -594,11 +765,21 @@ def formats_main(argv):
     work_dir.mkdir(parents=True, exist_ok=True)
     if args.smoke:
         args.preset = str(work_dir / "smoke_preset")  # made by the first export
-    rows = [
-        name
-        for name, (runtime, backend) in FORMAT_ROWS.items()
-        if runtime == "onnx" or args.backend in (None, backend)
-    ]
+    elif args.preset.startswith("hf://"):
+        from keras_attn.hf.files import resolve_checkpoint
+
+        args.preset = str(resolve_checkpoint(args.preset))
+    if args.ctranslate2 and not args.smoke and not is_marian(args.preset):
+        parser.error(f"--ctranslate2 needs a Marian checkpoint; got {args.preset}")
+
+    def selected(runtime, backend):
+        if runtime == "ctranslate2":
+            return args.ctranslate2
+        if args.ctranslate2 and runtime != "keras":
+            return False  # SavedModel and ONNX need our SubwordTokenizer
+        return runtime == "onnx" or args.backend in (None, backend)
+
+    rows = [name for name, row in FORMAT_ROWS.items() if selected(*row)]
     sys.path.insert(0, str(ROOT / "bench"))
     from common import load_line
 
@@ -662,7 +843,7 @@ def machine_line():
         pass
     features = "AVX-512" if "avx512f" in flags else "no AVX-512"
     versions = []
-    for package in ("keras", "tensorflow", "jax", "onnxruntime"):
+    for package in ("keras", "tensorflow", "jax", "onnxruntime", "ctranslate2"):
         try:
             versions.append(f"{package} {version(package)}")
         except PackageNotFoundError:

@@ -163,7 +163,7 @@ def build_keras_attn(c):
         num_heads=c["num_heads"],
         intermediate_dim=c["intermediate_dim"],
         dropout=c["dropout"],
-        attention_dropout=c.get("attention_dropout", 0.0),
+        attention={"dropout": c.get("attention_dropout", 0.0)},
         max_sequence_length=c["length"],
         position="learned",
         tie_embeddings=False,

@@ -14,6 +14,8 @@ Sub-packages, each an attribute of `keras_attn` (or importable on its own):
   `Translator`, `TextGenerator`, `TextClassifier` tasks (needs
   `keras-attn[text]`).
 - `keras_attn.export`: SavedModel export of a translator (needs TensorFlow).
+- `keras_attn.hf`: Hugging Face checkpoints (`from_preset("hf://owner/name")`)
+  on our models (needs `keras-attn[hf]`; `docs/bring_a_checkpoint.md`).
 
 `import keras_attn` loads the first six, which need Keras alone and register
 their classes for `keras.saving.load_model`. `text` and `export` import
@@ -28,7 +30,7 @@ from keras_attn import distribution, generation, layers, models, saving, trainin
 from keras_attn.version import __version__
 
 # Loaded by `__getattr__` on first use: they import TensorFlow.
-_LAZY_SUBPACKAGES = ("export", "text")
+_LAZY_SUBPACKAGES = ("export", "hf", "text")
 
 __all__ = [
     "distribution",

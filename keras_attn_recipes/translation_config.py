@@ -30,6 +30,13 @@ MODEL_SETTINGS = (
     "seed",
 )
 
+# Settings of the model's `attention` (`keras_attn.layers.AttentionSettings`):
+# setting -> its field there.
+ATTENTION_SETTINGS = {
+    "attention_dropout": "dropout",
+    "num_key_value_heads": "num_key_value_heads",
+}
+
 LEARNING_RATE_DECAYS = ("inverse_sqrt", "cosine")
 
 
@@ -56,15 +63,15 @@ class TranslationConfig:
     num_heads: int | None = None
     intermediate_dim: int | None = None
     dropout: float | None = None
-    # Dropout on the attention weights (the model's `attention_dropout`);
-    # None keeps the preset's value.
+    # Dropout on the attention weights (the `dropout` of the model's
+    # `attention`); None keeps the preset's value.
     attention_dropout: float | None = None
     normalize_first: bool = False
     # The attention variants (docs/attention_variants.md); None keeps the
     # preset's value: `position` ("sinusoidal", "rotary", "relative", ...),
     # the feed-forward `activation` ("relu", "swiglu", ...),
     # `normalization` ("layer" or "rms"), grouped-query
-    # `num_key_value_heads`, `use_bias`.
+    # `num_key_value_heads` (in the model's `attention`), `use_bias`.
     position: str | None = None
     activation: str | None = None
     normalization: str | None = None
@@ -125,23 +132,33 @@ class TranslationConfig:
             )
 
     def model_overrides(self):
-        """Constructor arguments that replace the preset's values."""
+        """Constructor arguments that replace the preset's values.
+
+        The attention settings (`attention_dropout`, `num_key_value_heads`)
+        go into the model's `attention` dict, under the names of
+        `keras_attn.layers.AttentionSettings`.
+        """
         fields = (
             "num_layers",
             "hidden_dim",
             "num_heads",
             "intermediate_dim",
             "dropout",
-            "attention_dropout",
             "position",
             "activation",
             "normalization",
-            "num_key_value_heads",
             "use_bias",
         )
         overrides = {
             f: getattr(self, f) for f in fields if getattr(self, f) is not None
         }
+        attention = {
+            setting: getattr(self, field)
+            for field, setting in ATTENTION_SETTINGS.items()
+            if getattr(self, field) is not None
+        }
+        if attention:
+            overrides["attention"] = attention
         overrides["normalize_first"] = self.normalize_first
         overrides["max_sequence_length"] = max(self.max_length + 64, 256)
         return overrides

@@ -2,6 +2,7 @@
 
 import os
 import sys
+import tempfile
 
 # Must happen before Keras is imported anywhere.
 os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -9,6 +10,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The tests compile hundreds of tiny XLA programs (JAX runs eager ops one
 # compiled program each); LLVM's optimisations cost far more than they save.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+# Many tests build the same tiny models, and a new model is a new function
+# to JAX's in-memory cache: JAX's persistent cache, keyed by the compiled
+# program, lets them (and the recipes' subprocesses, which inherit the
+# variable) reuse each other's compilations. One directory per machine
+# user; JAX keys entries by its version and flags.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    os.path.join(
+        tempfile.gettempdir(), f"keras-attn-tests-jax-cache-{os.getuid()}"
+    ),
+)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)

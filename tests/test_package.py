@@ -114,6 +114,7 @@ SUBPACKAGES = {
     "distribution",
     "export",
     "generation",
+    "hf",
     "layers",
     "models",
     "saving",

@@ -36,6 +36,9 @@ from pathlib import Path
 import keras
 
 from keras_attn.file_safety import read_error_reason, replace_directory
+from keras_attn.hf import checkpoints as hf_checkpoints
+from keras_attn.hf.files import is_hf_checkpoint
+from keras_attn.layers.legacy_config import migrate_model_config
 from keras_attn.models.preset_files import (
     CONFIG_FILE,
     METADATA_FILE,
@@ -46,7 +49,11 @@ from keras_attn.models.preset_files import (
     preset_file,
     read_preset_file,
 )
-from keras_attn.models.presets import ARCHITECTURE_PRESETS, preset_config
+from keras_attn.models.presets import (
+    ARCHITECTURE_PRESETS,
+    preset_config,
+    with_overrides,
+)
 from keras_attn.version import __version__
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
@@ -190,10 +197,13 @@ class PresetMixin:
         of a directory written by `save_to_preset` gives the saved model,
         with its weights unless `load_weights=False`. Weights stored in
         float16 load into the saved (float32) model; pass `dtype=...` to
-        choose another.
+        choose another. A Hugging Face checkpoint, `"hf://owner/name"` or a
+        local folder with its `config.json` and safetensors, loads through
+        its family's mapping (`keras_attn.hf`, `docs/bring_a_checkpoint.md`).
 
         Args:
-            preset: a preset name or a preset directory.
+            preset: a preset name, a preset directory, `"hf://owner/name"`
+                (`"hf://owner/name@revision"`) or a checkpoint directory.
             load_weights: bool, whether to load a trained preset's weights.
                 Defaults to `True`.
             **overrides: constructor arguments that replace the preset's.
@@ -203,6 +213,8 @@ class PresetMixin:
         """
         if isinstance(preset, str) and preset in cls.presets:
             return cls._from_architecture_preset(preset, **overrides)
+        if is_hf_checkpoint(preset):  # "hf://owner/name" or its local folder
+            return hf_checkpoints.load_model(preset, cls, load_weights, **overrides)
         directory = preset_directory(preset, cls.presets)
         config = read_preset_file(directory, CONFIG_FILE)
         metadata = read_preset_file(directory, METADATA_FILE)
@@ -215,7 +227,10 @@ class PresetMixin:
                 f"{expected}: load it with that class's `from_preset`."
             )
         config_path = directory / CONFIG_FILE
-        config = {**config, "config": {**config["config"], **overrides}}
+        # The saved arguments under today's names (an older file's flat
+        # attention settings as `attention`), then the caller's overrides.
+        arguments = migrate_model_config(config["config"])
+        config = {**config, "config": with_overrides(arguments, overrides)}
         config.pop("compile_config", None)  # See `save_to_preset`.
         try:
             model = keras.saving.deserialize_keras_object(config, safe_mode=True)
@@ -250,8 +265,7 @@ class PresetMixin:
     def _from_architecture_preset(cls, preset, **overrides):
         given = {name: overrides.pop(name, None) for name in cls.preset_arguments}
         config = preset_config(cls.presets, preset, cls.preset_arguments, **given)
-        config.update(overrides)
-        return cls(**config)
+        return cls(**with_overrides(config, overrides))
 
     def save_to_preset(
         self, directory, tokenizer=None, metadata=None, weights_dtype=None

@@ -118,7 +118,7 @@ LM_PRESETS = {
         dropout=0.1,
         max_sequence_length=64,
         position="rotary",
-        num_key_value_heads=2,
+        attention=dict(num_key_value_heads=2),
         normalization="rms",
         activation="swiglu",
         use_bias=False,
@@ -200,8 +200,8 @@ def preset_config(presets, preset, required=(), **given):
         required: names of arguments that either the preset or the caller
             must supply (`vocabulary_size`, `num_classes`). Defaults to
             `()`.
-        **given: arguments that replace the preset's; `None` values are
-            ignored.
+        **given: arguments that replace the preset's (see
+            `with_overrides`); `None` values are ignored.
 
     Returns:
         A new dict of constructor arguments.
@@ -215,12 +215,38 @@ def preset_config(presets, preset, required=(), **given):
             f"Unknown preset. Received: preset={preset!r}. Known presets: "
             f"{', '.join(sorted(presets))}"
         )
-    config = dict(presets[preset])
-    config.update({name: value for name, value in given.items() if value is not None})
+    config = with_overrides(
+        presets[preset],
+        {name: value for name, value in given.items() if value is not None},
+    )
     for name in required:
         if config.get(name) is None:
             raise ValueError(
                 f"`{name}` is required: preset {preset!r} does not fix it. "
                 f"Received: {name}=None"
             )
+    return config
+
+
+def with_overrides(config, overrides):
+    """A copy of `config` (constructor arguments) updated with `overrides`.
+
+    An override replaces the argument, except that a dict given for an
+    argument that is a dict updates it: `attention={"flash_attention":
+    False}` keeps the preset's other attention settings (its key/value
+    heads, which its weights need). An `AttentionSettings` replaces them
+    all.
+
+    Args:
+        config: dict, a preset's (or a saved model's) constructor arguments.
+        overrides: dict, arguments given by the caller.
+
+    Returns:
+        A new dict; `config` is not changed.
+    """
+    config = dict(config)
+    for name, value in overrides.items():
+        if isinstance(value, dict) and isinstance(config.get(name), dict):
+            value = {**config[name], **value}
+        config[name] = value
     return config

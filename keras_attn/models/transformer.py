@@ -8,6 +8,7 @@ from keras import ops
 from keras_attn.layers.attention.cache_index import resolve_cache_index
 from keras_attn.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
+from keras_attn.layers.heads.tied_vocabulary_projection import TiedVocabularyProjection
 from keras_attn.layers.positions import position_schemes
 from keras_attn.models.presets import TRANSFORMER_PRESETS
 from keras_attn.models.zoo_model import (
@@ -86,8 +87,6 @@ class Transformer(ZooModel):
             Defaults to `0.1`. Run by
             `keras_attn.layers.FastDropout` (whose docstring says how it
             rounds the rate).
-        attention_dropout: float, dropout on attention weights. Defaults to
-            `0.0`.
         max_sequence_length: int, the longest sequence (learned positions,
             decoding caches). Defaults to `256`.
         position: the position scheme's name (see
@@ -109,9 +108,6 @@ class Transformer(ZooModel):
             Defaults to `"relu"`.
         layer_norm_epsilon: float, a normal float32 number (at least
             `2**-126`). Defaults to `1e-6`.
-        flash_attention: `None` (the fused kernel where the backend has
-            it), `True` (require it) or `False` (never). Defaults to
-            `None`.
         dtype: dtype or `keras.DTypePolicy` of the layers. Defaults to
             `None`, meaning the global policy.
         normalization: `"layer"` (layer normalization) or `"rms"`
@@ -120,12 +116,16 @@ class Transformer(ZooModel):
         use_bias: bool, biases in the attention projections and the
             feed-forward layers and offsets in the layer norms; `False`
             removes them all (PaLM). Defaults to `True`.
-        num_key_value_heads: int dividing `num_heads`, the key/value heads
-            of every attention layer (grouped-query attention, Ainslie et
-            al., 2023; `1` is multi-query attention); decoding caches hold
-            only these. Defaults to `None`, meaning `num_heads`.
-        qk_norm: bool, RMS-normalize each head's queries and keys before
-            their product (Dehghani et al., 2023). Defaults to `False`.
+        attention: a `keras_attn.layers.AttentionSettings`, or a dict of
+            its fields, shared by every attention layer: key/value heads
+            (decoding caches hold only these), query-key normalization,
+            the fused kernel, dropout on the attention weights, ... (the
+            rotation is the position scheme's). Defaults to `None`,
+            meaning `AttentionSettings()` (no attention dropout).
+        logits_bias: bool, a learned bias added to the tied projection's
+            logits (Marian's `final_logits_bias`); needs
+            `tie_embeddings=True` (an untied projection has its own).
+            Defaults to `False`.
         **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Example:
@@ -155,7 +155,6 @@ class Transformer(ZooModel):
         num_heads=8,
         intermediate_dim=2048,
         dropout=0.1,
-        attention_dropout=0.0,
         max_sequence_length=256,
         position="sinusoidal",
         normalize_first=False,
@@ -165,12 +164,11 @@ class Transformer(ZooModel):
         pad_id=0,
         activation="relu",
         layer_norm_epsilon=1e-6,
-        flash_attention=None,
         dtype=None,
         normalization="layer",
         use_bias=True,
-        num_key_value_heads=None,
-        qk_norm=False,
+        attention=None,
+        logits_bias=False,
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
@@ -186,10 +184,7 @@ class Transformer(ZooModel):
             layer_norm_epsilon=layer_norm_epsilon,
             normalization=normalization,
             use_bias=use_bias,
-            attention_dropout=attention_dropout,
-            flash_attention=flash_attention,
-            num_key_value_heads=num_key_value_heads,
-            qk_norm=qk_norm,
+            attention=attention,
         )
         self.max_sequence_length = check_positive_int(
             max_sequence_length, "max_sequence_length"
@@ -208,13 +203,14 @@ class Transformer(ZooModel):
                 num_decoder_layers, "num_decoder_layers"
             )
         self.pad_id = check_token_id(pad_id, "pad_id", self.vocabulary_size)
-        self._use_position_scheme(
-            position_schemes.get(
-                self.position,
-                sequence_length=self.max_sequence_length,
-                num_heads=self.num_heads,
+        self.logits_bias = check_bool(logits_bias, "logits_bias")
+        if self.logits_bias and not self.tie_embeddings:
+            raise ValueError(
+                "`logits_bias=True` adds a bias to the tied projection; an "
+                "untied one (`tie_embeddings=False`) has its own bias. "
+                f"Received: logits_bias=True, tie_embeddings={tie_embeddings}"
             )
-        )
+        self._use_position_scheme()
 
         # === Layers ===
         if self.tie_embeddings:
@@ -254,7 +250,13 @@ class Transformer(ZooModel):
                 if final_norms
                 else None
             ),
-            output_projection=self._vocabulary_logits(decoder_embedding, dtype),
+            output_projection=(
+                TiedVocabularyProjection(
+                    decoder_embedding, use_bias=True, dtype=dtype, name="logits"
+                )
+                if self.logits_bias
+                else self._vocabulary_logits(decoder_embedding, dtype)
+            ),
         )
 
         # === Functional Model ===
@@ -304,6 +306,7 @@ class Transformer(ZooModel):
                 "num_encoder_layers": self.num_encoder_layers,
                 "num_decoder_layers": self.num_decoder_layers,
                 "pad_id": self.pad_id,
+                "logits_bias": self.logits_bias,
                 **self._transformer_config(),
             }
         )

@@ -72,7 +72,6 @@ class TransformerEncoderClassifier(ZooModel):
             vector. Defaults to `0.1`. Run by
             `keras_attn.layers.FastDropout` (whose docstring says how it
             rounds the rate).
-        attention_dropout: float, on attention weights. Defaults to `0.0`.
         max_sequence_length: int, the number of learned positions.
             Defaults to `512`.
         position: the position scheme's name (see
@@ -87,9 +86,6 @@ class TransformerEncoderClassifier(ZooModel):
             Defaults to `"gelu"`.
         layer_norm_epsilon: float, a normal float32 number (at least
             `2**-126`). Defaults to `1e-6`.
-        flash_attention: `None` (the fused kernel where the backend has
-            it), `True` (require it) or `False` (never). Defaults to
-            `None`.
         dtype: dtype or `keras.DTypePolicy`. Defaults to `None`, meaning
             the global policy.
         normalization: `"layer"` (layer normalization) or `"rms"`
@@ -98,12 +94,12 @@ class TransformerEncoderClassifier(ZooModel):
         use_bias: bool, biases in the attention projections and the
             feed-forward layers and offsets in the layer norms; `False`
             removes them all (PaLM). Defaults to `True`.
-        num_key_value_heads: int dividing `num_heads`, the key/value heads
-            of every attention layer (grouped-query attention, Ainslie et
-            al., 2023; `1` is multi-query attention); decoding caches hold
-            only these. Defaults to `None`, meaning `num_heads`.
-        qk_norm: bool, RMS-normalize each head's queries and keys before
-            their product (Dehghani et al., 2023). Defaults to `False`.
+        attention: a `keras_attn.layers.AttentionSettings`, or a dict of
+            its fields, shared by every attention layer: key/value heads
+            (decoding caches hold only these), query-key normalization,
+            the fused kernel, dropout on the attention weights, ... (the
+            rotation is the position scheme's). Defaults to `None`,
+            meaning `AttentionSettings()` (no attention dropout).
         **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
@@ -142,7 +138,6 @@ class TransformerEncoderClassifier(ZooModel):
         num_heads=12,
         intermediate_dim=3072,
         dropout=0.1,
-        attention_dropout=0.0,
         max_sequence_length=512,
         position="learned",
         pooling="cls",
@@ -150,12 +145,10 @@ class TransformerEncoderClassifier(ZooModel):
         pad_id=0,
         activation="gelu",
         layer_norm_epsilon=1e-6,
-        flash_attention=None,
         dtype=None,
         normalization="layer",
         use_bias=True,
-        num_key_value_heads=None,
-        qk_norm=False,
+        attention=None,
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
@@ -172,10 +165,7 @@ class TransformerEncoderClassifier(ZooModel):
             layer_norm_epsilon=layer_norm_epsilon,
             normalization=normalization,
             use_bias=use_bias,
-            attention_dropout=attention_dropout,
-            flash_attention=flash_attention,
-            num_key_value_heads=num_key_value_heads,
-            qk_norm=qk_norm,
+            attention=attention,
         )
         self.max_sequence_length = check_positive_int(
             max_sequence_length, "max_sequence_length"
@@ -184,13 +174,7 @@ class TransformerEncoderClassifier(ZooModel):
         self.pooling = check_choice(pooling, "pooling", POOLINGS)
         self.normalize_first = check_bool(normalize_first, "normalize_first")
         self.pad_id = check_token_id(pad_id, "pad_id", self.vocabulary_size)
-        self._use_position_scheme(
-            position_schemes.get(
-                self.position,
-                sequence_length=self.max_sequence_length,
-                num_heads=self.num_heads,
-            )
-        )
+        self._use_position_scheme()
 
         # === Layers ===
         # Post-norm (BERT) normalizes the embeddings; pre-norm the output.

@@ -12,7 +12,6 @@ from keras_attn.models.zoo_model import (
 )
 from keras_attn.validation import (
     check_bool,
-    check_choice,
     check_positive_int,
     check_token_id,
 )
@@ -43,13 +42,14 @@ class TransformerLM(ZooModel):
             `0.1`. Run by
             `keras_attn.layers.FastDropout` (whose docstring says how it
             rounds the rate).
-        attention_dropout: float. Defaults to `0.0`.
         max_sequence_length: int, the longest sequence (learned positions,
             caches). Defaults to `1024`.
         position: the position scheme's name (see
             `keras_attn.layers.positions.position_schemes`), `"learned"` (GPT-2),
             `"sinusoidal"`, `"alibi"`, `"relative"` (T5) or `"rotary"`
-            (RoPE). Defaults to `"learned"`.
+            (RoPE), or a dict of a name and the scheme's fields, e.g.
+            `{"name": "rotary", "max_wavelength": 500000.0}`
+            (`position_schemes.check_position`). Defaults to `"learned"`.
         normalize_first: bool, pre-norm blocks and a final norm.
             Defaults to `True`.
         tie_embeddings: bool, project to the vocabulary with the token
@@ -61,9 +61,6 @@ class TransformerLM(ZooModel):
             Defaults to `"gelu"`.
         layer_norm_epsilon: float, a normal float32 number (at least
             `2**-126`). Defaults to `1e-5`.
-        flash_attention: `None` (the fused kernel where the backend has
-            it), `True` (require it) or `False` (never). Defaults to
-            `None`.
         dtype: dtype or `keras.DTypePolicy`. Defaults to `None`, meaning
             the global policy.
         normalization: `"layer"` (layer normalization) or `"rms"`
@@ -72,12 +69,15 @@ class TransformerLM(ZooModel):
         use_bias: bool, biases in the attention projections and the
             feed-forward layers and offsets in the layer norms; `False`
             removes them all (PaLM). Defaults to `True`.
-        num_key_value_heads: int dividing `num_heads`, the key/value heads
-            of every attention layer (grouped-query attention, Ainslie et
-            al., 2023; `1` is multi-query attention); decoding caches hold
-            only these. Defaults to `None`, meaning `num_heads`.
-        qk_norm: bool, RMS-normalize each head's queries and keys before
-            their product (Dehghani et al., 2023). Defaults to `False`.
+        attention: a `keras_attn.layers.AttentionSettings`, or a dict of
+            its fields, shared by every attention layer: key/value heads
+            (decoding caches hold only these), query-key normalization,
+            the fused kernel, dropout on the attention weights, ... (the
+            rotation is the position scheme's). Defaults to `None`,
+            meaning `AttentionSettings()` (no attention dropout).
+        scale_embeddings: bool, multiply the token embeddings by
+            `sqrt(hidden_dim)` (section 3.4 of the paper); `False` for
+            Llama-style models. Defaults to `True`.
         **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
@@ -113,7 +113,6 @@ class TransformerLM(ZooModel):
         num_heads=12,
         intermediate_dim=3072,
         dropout=0.1,
-        attention_dropout=0.0,
         max_sequence_length=1024,
         position="learned",
         normalize_first=True,
@@ -121,12 +120,11 @@ class TransformerLM(ZooModel):
         pad_id=0,
         activation="gelu",
         layer_norm_epsilon=1e-5,
-        flash_attention=None,
         dtype=None,
         normalization="layer",
         use_bias=True,
-        num_key_value_heads=None,
-        qk_norm=False,
+        attention=None,
+        scale_embeddings=True,
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
@@ -142,29 +140,23 @@ class TransformerLM(ZooModel):
             layer_norm_epsilon=layer_norm_epsilon,
             normalization=normalization,
             use_bias=use_bias,
-            attention_dropout=attention_dropout,
-            flash_attention=flash_attention,
-            num_key_value_heads=num_key_value_heads,
-            qk_norm=qk_norm,
+            attention=attention,
         )
         self.max_sequence_length = check_positive_int(
             max_sequence_length, "max_sequence_length"
         )
-        self.position = check_choice(position, "position", position_schemes.names())
+        self.position = position_schemes.check_position(position)
         self.normalize_first = check_bool(normalize_first, "normalize_first")
         self.tie_embeddings = check_bool(tie_embeddings, "tie_embeddings")
+        self.scale_embeddings = check_bool(scale_embeddings, "scale_embeddings")
         self.pad_id = check_token_id(pad_id, "pad_id", self.vocabulary_size)
-        self._use_position_scheme(
-            position_schemes.get(
-                self.position,
-                sequence_length=self.max_sequence_length,
-                num_heads=self.num_heads,
-            )
-        )
+        self._use_position_scheme()
 
         # === Layers ===
         padding_mask_layer = self._padding_mask_layer()
-        token_embedding = self._token_embedding(dtype, "token_embedding")
+        token_embedding = self._token_embedding(
+            dtype, "token_embedding", scale_by_sqrt_dim=self.scale_embeddings
+        )
         embedding_dropout = self._dropout(dtype)
         # `None` unless the position scheme biases attention scores.
         position_bias = self.position_scheme.attention_bias_layer(
@@ -211,6 +203,7 @@ class TransformerLM(ZooModel):
                 "position": self.position,
                 "normalize_first": self.normalize_first,
                 "tie_embeddings": self.tie_embeddings,
+                "scale_embeddings": self.scale_embeddings,
                 "pad_id": self.pad_id,
                 **self._transformer_config(),
             }

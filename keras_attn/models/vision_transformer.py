@@ -45,15 +45,11 @@ class VisionTransformer(ZooModel):
             outputs. Defaults to `0.0`. Run by
             `keras_attn.layers.FastDropout` (whose docstring says how it
             rounds the rate).
-        attention_dropout: float. Defaults to `0.0`.
         activation: MLP activation, a Keras activation or a
             gated one: `"geglu"`, `"swiglu"` or `"reglu"` (Shazeer, 2020).
             Defaults to `"gelu"`.
         layer_norm_epsilon: float, a normal float32 number (at least
             `2**-126`). Defaults to `1e-6`.
-        flash_attention: `None` (the fused kernel where the backend has
-            it), `True` (require it) or `False` (never). Defaults to
-            `None`.
         dtype: dtype or `keras.DTypePolicy`. Defaults to `None`, meaning
             the global policy.
         normalization: `"layer"` (layer normalization) or `"rms"`
@@ -62,12 +58,12 @@ class VisionTransformer(ZooModel):
         use_bias: bool, biases in the attention projections and the
             feed-forward layers and offsets in the layer norms; `False`
             removes them all (PaLM). Defaults to `True`.
-        num_key_value_heads: int dividing `num_heads`, the key/value heads
-            of every attention layer (grouped-query attention, Ainslie et
-            al., 2023; `1` is multi-query attention); decoding caches hold
-            only these. Defaults to `None`, meaning `num_heads`.
-        qk_norm: bool, RMS-normalize each head's queries and keys before
-            their product (Dehghani et al., 2023). Defaults to `False`.
+        attention: a `keras_attn.layers.AttentionSettings`, or a dict of
+            its fields, shared by every attention layer: key/value heads
+            (decoding caches hold only these), query-key normalization,
+            the fused kernel, dropout on the attention weights, ... (the
+            rotation is the position scheme's). Defaults to `None`,
+            meaning `AttentionSettings()` (no attention dropout).
         **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
@@ -103,15 +99,12 @@ class VisionTransformer(ZooModel):
         num_heads=12,
         intermediate_dim=3072,
         dropout=0.0,
-        attention_dropout=0.0,
         activation="gelu",
         layer_norm_epsilon=1e-6,
-        flash_attention=None,
         dtype=None,
         normalization="layer",
         use_bias=True,
-        num_key_value_heads=None,
-        qk_norm=False,
+        attention=None,
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
@@ -136,10 +129,7 @@ class VisionTransformer(ZooModel):
             layer_norm_epsilon=layer_norm_epsilon,
             normalization=normalization,
             use_bias=use_bias,
-            attention_dropout=attention_dropout,
-            flash_attention=flash_attention,
-            num_key_value_heads=num_key_value_heads,
-            qk_norm=qk_norm,
+            attention=attention,
         )
         self.num_patches = (height // self.patch_size) * (width // self.patch_size)
         # One learned vector per patch and one for the class token.

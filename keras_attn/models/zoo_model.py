@@ -7,9 +7,9 @@ What `Transformer`, `TransformerLM`, `TransformerEncoderClassifier` and
 - the checks a model needs beyond `keras_attn.validation` (activations,
   image sizes, unknown keyword arguments) and the arguments of the blocks
   every model takes (`_check_transformer_arguments`: sizes, rates, norms,
-  and the attention arguments, made into one `AttentionSettings` that every
-  block gets); each model checks and stores its own other arguments in its
-  constructor and returns them from its own `get_config`;
+  and `attention`, one `AttentionSettings` that every block gets); each
+  model checks and stores its own other arguments in its constructor and
+  returns them from its own `get_config`;
 - the dtype policy of the layers (a functional model's own `dtype_policy`
   is always the global one), serialized by `get_config` with any quantized
   layers (`ModelFeaturesMixin`) and restored by `from_config`;
@@ -23,7 +23,7 @@ What `Transformer`, `TransformerLM`, `TransformerEncoderClassifier` and
 - the decoding cache of the models that decode (`_self_attention_cache`)
   and the position scheme's attention bias for the blocks
   (`position_bias_argument`) and the rotation it adds to the attention
-  settings (`_use_position_scheme`).
+  settings of the blocks (`_transformer_blocks`).
 """
 
 import difflib
@@ -42,8 +42,12 @@ from keras_attn.layers.embeddings.token_and_position_embedding import (
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.layers.heads.tied_vocabulary_projection import TiedVocabularyProjection
 from keras_attn.layers.heads.vocabulary_projection import VocabularyProjection
-from keras_attn.layers.legacy_config import migrate_attention_config
+from keras_attn.layers.legacy_config import (
+    flat_attention_setting,
+    migrate_model_config,
+)
 from keras_attn.layers.normalization.rms_normalization import RMSNormalization
+from keras_attn.layers.positions import position_schemes
 from keras_attn.models.model_features import ModelFeaturesMixin
 from keras_attn.models.preset_io import PresetMixin
 from keras_attn.models.token_inputs import (
@@ -84,6 +88,40 @@ def check_image_size(value, name):
             f"Received: {name}={value!r}"
         )
     return tuple(check_positive_int(size, name) for size in sizes)
+
+
+def check_model_attention(attention, num_heads):
+    """A model's `attention` argument -> `AttentionSettings`.
+
+    `attention` is an `AttentionSettings`, a dict of its fields, or `None`
+    (`AttentionSettings()`: a model's attention dropout defaults to `0.0`,
+    not to its `dropout`). Its key/value heads must divide `num_heads`. A
+    model's rotation is its position scheme's (`position="rotary"`), so the
+    settings may hold none.
+
+    Raises:
+        TypeError: `attention` is of another type, or a dict with an unknown
+            key.
+        ValueError: a setting's value is invalid, or a rotation is set.
+    """
+    settings = AttentionSettings.get(attention)
+    settings.key_value_heads(num_heads)
+    if settings.rotary_max_wavelength is not None:
+        raise ValueError(
+            "A model's `attention` must not set `rotary_max_wavelength`: the "
+            "model's rotation is its position scheme's (`position=\"rotary\"`). "
+            f"Received: attention.rotary_max_wavelength={settings.rotary_max_wavelength}"
+        )
+    return settings
+
+
+def _unknown_argument_hint(name, valid):
+    """How an unknown keyword argument is named in the `TypeError`."""
+    setting = flat_attention_setting(name)
+    if setting is not None:
+        return f"{name!r} (an attention setting: pass attention={{{setting!r}: ...}})"
+    close = difflib.get_close_matches(name, valid, n=1)
+    return f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
 
 
 def position_bias_argument(
@@ -179,11 +217,7 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
             for name, parameter in parameters.items()
             if name != "self" and parameter.kind is not parameter.VAR_KEYWORD
         ] + list(BASE_MODEL_ARGUMENTS)
-        hints = [
-            f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
-            for name in unknown
-            for close in [difflib.get_close_matches(name, valid, n=1)]
-        ]
+        hints = [_unknown_argument_hint(name, valid) for name in unknown]
         raise TypeError(
             f"{type(self).__name__} got unexpected keyword argument(s): "
             f"{', '.join(hints)}. Valid arguments: {valid}"
@@ -200,18 +234,14 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
         layer_norm_epsilon,
         normalization,
         use_bias,
-        attention_dropout,
-        flash_attention,
-        num_key_value_heads,
-        qk_norm,
+        attention,
     ):
         """Checks and stores the arguments of every model's blocks.
 
         Called in a subclass's constructor, before its own arguments are
-        checked. The attention arguments are made into
-        `self.attention_settings` (an `AttentionSettings`, which checks
-        them), read back by the attributes of their names;
-        `_use_position_scheme` adds the scheme's rotation to it.
+        checked. `attention` becomes `self.attention`, an `AttentionSettings`
+        (which checks its fields when made); the position scheme adds its
+        rotation to the settings the blocks get (`_transformer_blocks`).
         """
         self.num_layers = check_positive_int(num_layers, "num_layers")
         self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
@@ -227,45 +257,24 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
             normalization, "normalization", NORMALIZATIONS
         )
         self.use_bias = check_bool(use_bias, "use_bias")
-        self.attention_settings = AttentionSettings(
-            dropout=attention_dropout,
-            flash_attention=flash_attention,
-            num_key_value_heads=num_key_value_heads,
-            qk_norm=qk_norm,
-        )
-        # `num_key_value_heads` must divide `num_heads`.
-        self.attention_settings.key_value_heads(self.num_heads)
+        self.attention = check_model_attention(attention, self.num_heads)
 
-    def _use_position_scheme(self, position_scheme):
-        """Stores the position scheme; its rotation joins the attention settings.
+    def _use_position_scheme(self, position_scheme=None):
+        """Stores the position scheme, checked against `hidden_dim`.
 
-        `position_scheme.block_arguments()` is a rotary scheme's rotation
-        (`{}` for the others), which every block's self-attention applies.
+        `None` (the token models) is the scheme `self.position` names, for
+        `self.max_sequence_length` positions and `self.num_heads` heads.
+        Its `block_arguments()` (a rotary scheme's rotation, `{}` for the
+        others) join `self.attention` in every block (`_transformer_blocks`).
         """
+        if position_scheme is None:
+            position_scheme = position_schemes.get(
+                self.position,
+                sequence_length=self.max_sequence_length,
+                num_heads=self.num_heads,
+            )
         position_scheme.check_embedding_dim(self.hidden_dim, "hidden_dim")
         self.position_scheme = position_scheme
-        self.attention_settings = self.attention_settings.replace(
-            **position_scheme.block_arguments()
-        )
-
-    # The attention arguments, as the models' configs hold them.
-
-    @property
-    def attention_dropout(self):
-        return self.attention_settings.dropout
-
-    @property
-    def flash_attention(self):
-        return self.attention_settings.flash_attention
-
-    @property
-    def num_key_value_heads(self):
-        """`None` (as many as `num_heads`) or the key/value heads."""
-        return self.attention_settings.num_key_value_heads
-
-    @property
-    def qk_norm(self):
-        return self.attention_settings.qk_norm
 
     def _transformer_config(self):
         """The `get_config` entries of `_check_transformer_arguments`."""
@@ -275,14 +284,11 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
             "num_heads": self.num_heads,
             "intermediate_dim": self.intermediate_dim,
             "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
             "activation": self.activation,
             "layer_norm_epsilon": self.layer_norm_epsilon,
-            "flash_attention": self.flash_attention,
             "normalization": self.normalization,
             "use_bias": self.use_bias,
-            "num_key_value_heads": self.num_key_value_heads,
-            "qk_norm": self.qk_norm,
+            "attention": self.attention.get_config(),
         }
 
     # === Sub-layers that every model builds the same way ===
@@ -290,10 +296,11 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
     def _transformer_blocks(
         self, block_class, count, prefix, dtype, normalize_first=None
     ):
-        """`count` blocks named `f"{prefix}_{i}"`, configured from `self`,
-        every one with `self.attention_settings`."""
+        """`count` blocks named `f"{prefix}_{i}"`, configured from `self`:
+        every one gets `self.attention` with the position scheme's rotation."""
         if normalize_first is None:
             normalize_first = self.normalize_first
+        attention = self.attention.replace(**self.position_scheme.block_arguments())
         return [
             block_class(
                 num_heads=self.num_heads,
@@ -304,7 +311,7 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
                 normalize_first=normalize_first,
                 normalization=self.normalization,
                 use_bias=self.use_bias,
-                attention=self.attention_settings,
+                attention=attention,
                 dtype=dtype,
                 name=f"{prefix}_{i}",
             )
@@ -327,13 +334,14 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
             name=name,
         )
 
-    def _token_embedding(self, dtype, name):
+    def _token_embedding(self, dtype, name, scale_by_sqrt_dim=True):
         """The `TokenAndPositionEmbedding` of a token model."""
         return TokenAndPositionEmbedding(
             self.vocabulary_size,
             self.max_sequence_length,
             self.hidden_dim,
             position=self.position,
+            scale_by_sqrt_dim=scale_by_sqrt_dim,
             dtype=dtype,
             name=name,
         )
@@ -499,8 +507,9 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
         lora = config.pop("lora", None)
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        # Files saved before `flash_attention` hold `use_fused_attention`.
-        config = migrate_attention_config(config)
+        # Files saved before `attention=` hold its settings flat (and
+        # before `flash_attention`, `use_fused_attention`).
+        config = migrate_model_config(config)
         model = cls(**config)
         if lora:
             model.enable_lora(

@@ -2,7 +2,10 @@
 
 import pytest
 
-from keras_attn.layers.legacy_config import migrate_attention_config
+from keras_attn.layers.legacy_config import (
+    migrate_attention_config,
+    migrate_model_config,
+)
 
 
 @pytest.mark.parametrize(
@@ -31,3 +34,32 @@ def test_old_names_become_todays(old, new):
 def test_a_non_boolean_use_fused_attention_is_refused_by_name():
     with pytest.raises(TypeError, match="use_fused_attention"):
         migrate_attention_config({"use_fused_attention": "yes"})
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        # A model's flat attention arguments nest as `attention`.
+        (
+            {"attention_dropout": 0.1, "num_key_value_heads": 2, "qk_norm": True},
+            {"attention": {"dropout": 0.1, "num_key_value_heads": 2, "qk_norm": True}},
+        ),
+        # Before `flash_attention`: renamed, then nested; a model's attention
+        # dropout defaults to 0.0, not to its `dropout`.
+        (
+            {"dropout": 0.1, "use_fused_attention": False},
+            {"dropout": 0.1, "attention": {"flash_attention": False, "dropout": 0.0}},
+        ),
+        # Nothing flat: unchanged; beside `attention`, a flat argument is no
+        # older file's and is left for the constructor to refuse by name.
+        ({"attention": {"qk_norm": True}}, {"attention": {"qk_norm": True}}),
+        (
+            {"attention": {}, "flash_attention": False},
+            {"attention": {}, "flash_attention": False},
+        ),
+    ],
+)
+def test_a_models_flat_attention_arguments_become_attention(old, new):
+    config = dict(old, num_layers=2)
+    assert migrate_model_config(config) == dict(new, num_layers=2)
+    assert config == dict(old, num_layers=2)  # the input is not changed

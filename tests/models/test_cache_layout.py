@@ -25,7 +25,7 @@ def small_lm():
         num_heads=HEADS,
         intermediate_dim=32,
         max_sequence_length=MAX_LENGTH,
-        num_key_value_heads=KV_HEADS,
+        attention={"num_key_value_heads": KV_HEADS},
     )
 
 

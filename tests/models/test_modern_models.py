@@ -45,9 +45,9 @@ MODERN = {
 }
 VARIANTS = {
     "rotary": dict(position="rotary"),
-    "gqa_kv1": dict(num_key_value_heads=1),
-    "gqa_kv2": dict(num_key_value_heads=2),
-    "qk_norm": dict(qk_norm=True),
+    "gqa_kv1": dict(attention=dict(num_key_value_heads=1)),
+    "gqa_kv2": dict(attention=dict(num_key_value_heads=2)),
+    "qk_norm": dict(attention=dict(qk_norm=True)),
     "rms_swiglu_no_bias": dict(
         normalization="rms", activation="swiglu", use_bias=False
     ),
@@ -152,6 +152,8 @@ def test_keras_file_round_trip_gives_identical_outputs(kind, variant, tmp_path):
     loaded = keras.saving.load_model(path)
     config = loaded.get_config()
     for name, value in VARIANTS[variant].items():
+        if name == "attention":  # the settings the variant names
+            value = {**config[name], **value}
         assert config[name] == value, name
     assert weight_paths(loaded) == weight_paths(model)
     inputs = inputs_of(kind)
@@ -174,7 +176,9 @@ def self_attention_weight(block, suffix):
 @pytest.mark.parametrize("num_key_value_heads", [1, 2, None])
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_keys_values_and_cache_have_the_key_value_heads(kind, num_key_value_heads):
-    model = build(kind, "rotary", num_key_value_heads=num_key_value_heads)
+    model = build(
+        kind, "rotary", attention={"num_key_value_heads": num_key_value_heads}
+    )
     heads = num_key_value_heads or TINY["num_heads"]
     head_dim = TINY["hidden_dim"] // TINY["num_heads"]
     blocks = model.blocks if kind == "lm" else model.decoder_blocks
@@ -194,7 +198,7 @@ def test_the_keys_values_and_cache_have_the_key_value_heads(kind, num_key_value_
         cache = model.initial_cache(*model.encode(tokens(batch_size=3)), max_length=5)
     for keys, values in cache["self_attention"]:
         assert tuple(keys.shape) == tuple(values.shape) == (3, 5, heads, head_dim)
-    assert model.get_config()["num_key_value_heads"] == num_key_value_heads
+    assert model.get_config()["attention"]["num_key_value_heads"] == num_key_value_heads
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -253,7 +257,10 @@ def test_layer_norms_without_bias_have_no_offset():
 @pytest.mark.parametrize("kind", KINDS)
 def test_rotary_has_no_position_weights_and_rotates_self_attention(kind):
     model = model_of(kind, "rotary")
-    assert model.attention_settings.rotary_max_wavelength == 10000.0
+    # The scheme's rotation reaches the blocks; the model's own settings
+    # (its `attention` argument) hold none.
+    assert model.attention.rotary_max_wavelength is None
+    assert model.get_config()["attention"]["rotary_max_wavelength"] is None
     assert not [path for path in weight_paths(model) if "position" in path]
     blocks = model.blocks if kind == "lm" else model.decoder_blocks
     for block in blocks:
@@ -296,7 +303,8 @@ def test_lm_modern_small_has_lm_smalls_parameter_count():
     small = TransformerLM.from_preset("lm_small", **sizes)
     assert abs(modern.count_params() / small.count_params() - 1) < 0.005
     config = modern.get_config()
-    assert config["position"] == "rotary" and config["num_key_value_heads"] == 2
+    assert config["position"] == "rotary"
+    assert config["attention"]["num_key_value_heads"] == 2
     assert (config["normalization"], config["activation"]) == ("rms", "swiglu")
     assert config["use_bias"] is False and config["normalize_first"] is True
 
@@ -337,13 +345,34 @@ def test_the_encoder_models_take_the_variants(model_class):
     "arguments, error, message",
     [
         (
-            dict(num_key_value_heads=3),
+            dict(attention=dict(num_key_value_heads=3)),
             ValueError,
             r"num_heads=4, num_key_value_heads=3",
         ),
-        (dict(num_key_value_heads=0), ValueError, r"num_key_value_heads=0"),
-        (dict(num_key_value_heads="two"), TypeError, r"num_key_value_heads='two'"),
-        (dict(qk_norm="yes"), TypeError, r"qk_norm='yes'"),
+        (
+            dict(attention=dict(num_key_value_heads=0)),
+            ValueError,
+            r"num_key_value_heads=0",
+        ),
+        (
+            dict(attention=dict(num_key_value_heads="two")),
+            TypeError,
+            r"num_key_value_heads='two'",
+        ),
+        (dict(attention=dict(qk_norm="yes")), TypeError, r"qk_norm='yes'"),
+        (dict(attention=dict(qk_nrom=True)), TypeError, r"unknown setting.*qk_nrom"),
+        (dict(attention=[2]), TypeError, r"Received: attention=\[2\] of type list"),
+        (
+            dict(attention=dict(rotary_max_wavelength=500.0)),
+            ValueError,
+            r"position scheme.*Received: attention.rotary_max_wavelength=500.0",
+        ),
+        (
+            dict(num_key_value_heads=2),
+            TypeError,
+            r"'num_key_value_heads' \(an attention setting: pass "
+            r"attention=\{'num_key_value_heads': ...\}\)",
+        ),
         (dict(use_bias=None), TypeError, r"use_bias=None"),
         (dict(normalization="batch"), ValueError, r"\['layer', 'rms'\].*'batch'"),
         (dict(activation="swishglu"), ValueError, r"geglu, swiglu, reglu.*swishglu"),
@@ -365,4 +394,6 @@ def test_bad_arguments_are_refused_by_name(model_class, arguments, error, messag
 
 def test_vit_refuses_bad_key_value_heads_by_name():
     with pytest.raises(ValueError, match="num_heads=2, num_key_value_heads=4"):
-        VisionTransformer.from_preset("vit_tiny", num_classes=3, num_key_value_heads=4)
+        VisionTransformer.from_preset(
+            "vit_tiny", num_classes=3, attention={"num_key_value_heads": 4}
+        )

@@ -22,7 +22,7 @@ def build(dropout, attention_dropout):
         num_heads=2,
         intermediate_dim=16,
         dropout=dropout,
-        attention_dropout=attention_dropout,
+        attention={"dropout": attention_dropout},
         max_sequence_length=8,
     )
     tokens = np.ones((1, 4), "int32")

@@ -90,9 +90,9 @@ def test_an_unknown_keyword_argument_is_a_type_error_naming_it(kind):
 
 @pytest.mark.parametrize("kind", ZOO_MODELS)
 def test_flash_attention_reaches_every_block_and_use_fused_attention_is_gone(kind):
-    model = make_model(kind, flash_attention=False)
-    assert model.flash_attention is False
-    assert model.get_config()["flash_attention"] is False
+    model = make_model(kind, attention={"flash_attention": False})
+    assert model.attention.flash_attention is False
+    assert model.get_config()["attention"]["flash_attention"] is False
     blocks = [layer for layer in model.layers if "_block_" in layer.name]
     assert blocks and all(block.flash_attention is False for block in blocks)
     # The deprecated alias was removed; saved configs still load (below).
@@ -104,11 +104,12 @@ def test_flash_attention_reaches_every_block_and_use_fused_attention_is_gone(kin
 @pytest.mark.parametrize("fused, flash", [(True, None), (False, False)])
 def test_a_config_saved_with_use_fused_attention_loads(kind, fused, flash):
     config = make_model(kind).get_config()
-    del config["flash_attention"]
-    config["use_fused_attention"] = fused  # as main at 5c2228a saved it
+    del config["attention"]
+    # As main at 5c2228a saved it: the attention arguments flat.
+    config.update(attention_dropout=0.0, use_fused_attention=fused)
     restored = type(make_model(kind)).from_config(config)
-    assert restored.flash_attention is flash
-    assert restored.get_config()["flash_attention"] is flash
+    assert restored.attention.flash_attention is flash
+    assert restored.get_config()["attention"]["flash_attention"] is flash
 
 
 # The layers each model holds as attributes: attribute -> layer name(s).
@@ -251,7 +252,11 @@ def test_transformer_arguments_are_checked_by_their_public_name(
     [
         ("lm", dict(num_layers=0), "Received: num_layers=0"),
         ("classifier", dict(pooling="max"), "pooling='max'"),
-        ("classifier", dict(flash_attention="yes"), "flash_attention='yes'"),
+        (
+            "classifier",
+            dict(attention={"flash_attention": "yes"}),
+            "flash_attention='yes'",
+        ),
         ("vit", dict(image_size=(8, 0)), "image_size=0"),
         ("vit", dict(patch_size=3), "image_size=.*patch_size=3"),
         ("vit", dict(num_channels=2.0), "num_channels=2.0"),

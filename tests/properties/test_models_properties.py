@@ -72,11 +72,22 @@ POSITIVE_INT_ARGUMENTS = (
     "patch_size",
     "num_channels",
 )
-RATE_ARGUMENTS = ("dropout", "attention_dropout")
+RATE_ARGUMENTS = ("dropout",)
 BOOL_ARGUMENTS = (
     "normalize_first",
     "tie_embeddings",
-    "flash_attention",
+)
+# The settings of every model's `attention` (a dict of `AttentionSettings`
+# fields): hostile values of each kind, refused naming the setting (the
+# attention weights' `dropout` as `attention_dropout`).
+ATTENTION_SETTINGS = st.one_of(
+    st.tuples(st.just("dropout"), NOT_A_RATE),
+    st.tuples(st.just("flash_attention"), NOT_A_BOOL),
+    st.tuples(st.just("qk_norm"), NOT_A_BOOL),
+    st.tuples(
+        st.just("num_key_value_heads"),
+        NOT_A_POSITIVE_INT.filter(lambda x: x is not None),
+    ),
 )
 
 
@@ -111,7 +122,11 @@ TOKEN_IDS = [(model, "pad_id") for model in BUILDERS if model != "VisionTransfor
 
 
 def test_every_argument_kind_is_covered():
-    assert len(POSITIVE_INTS) >= 20 and len(RATES) == 8 and len(BOOLS) >= 8
+    assert len(POSITIVE_INTS) >= 20 and len(RATES) == 4 and len(BOOLS) >= 5
+    assert all(
+        "attention" in getattr(models, model).__init__.__code__.co_varnames
+        for model in BUILDERS
+    )
     assert len(TOKEN_IDS) == 3
 
 
@@ -140,6 +155,17 @@ def test_flags_refuse_what_is_not_a_bool(argument, value):
     with pytest.raises(TypeError) as info:
         BUILDERS[model](**{name: value})
     assert_names_argument(info.value, name)
+
+
+@PROPERTY_SETTINGS
+@given(st.sampled_from(list(BUILDERS)), ATTENTION_SETTINGS)
+def test_attention_settings_refuse_what_is_not_of_their_kind(model, setting):
+    field, value = setting
+    with pytest.raises((TypeError, ValueError)) as info:
+        BUILDERS[model](attention={field: value})
+    assert_names_argument(
+        info.value, "attention_" + field if field == "dropout" else field
+    )
 
 
 @PROPERTY_SETTINGS

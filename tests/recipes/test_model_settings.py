@@ -1,6 +1,6 @@
 """The recipe's model settings reach the model it builds: `dropout` on the
-residual branches, `attention_dropout` on the attention weights; `None`
-keeps the preset's values."""
+residual branches, `attention_dropout` on the attention weights (the
+`dropout` of the model's `attention`); `None` keeps the preset's values."""
 
 import pytest
 
@@ -17,7 +17,7 @@ def _attention_dropouts(model):
 def test_attention_dropout_reaches_every_block():
     config = SETTINGS["tiny"].replace(dropout=0.05, attention_dropout=0.15)
     model = build_model(config, vocabulary_size=64)
-    assert model.get_config()["attention_dropout"] == 0.15
+    assert model.get_config()["attention"]["dropout"] == 0.15
     assert model.get_config()["dropout"] == 0.05
     assert _attention_dropouts(model) == {0.15}
 
@@ -27,7 +27,7 @@ def test_unset_model_settings_keep_the_presets_values():
     preset = keras_attn.models.Transformer.from_preset(
         "transformer_tiny", vocabulary_size=64
     )
-    for name in ("dropout", "attention_dropout"):
+    for name in ("dropout", "attention"):
         assert model.get_config()[name] == preset.get_config()[name]
     assert _attention_dropouts(model) == _attention_dropouts(preset)
 
@@ -45,10 +45,10 @@ def test_attention_variant_settings_reach_every_block():
         ("position", "rotary"),
         ("activation", "swiglu"),
         ("normalization", "rms"),
-        ("num_key_value_heads", 1),
         ("use_bias", False),
     ):
         assert model.get_config()[name] == value
+    assert model.get_config()["attention"]["num_key_value_heads"] == 1
     blocks = list(model.encoder_blocks) + list(model.decoder_blocks)
     assert {block.num_key_value_heads for block in blocks} == {1}
     assert not [w.path for w in model.weights if w.path.endswith("/bias")]

@@ -70,7 +70,7 @@ def scaled_dot_product_attention(
 
     >>> q = keras.random.normal((2, 5, 4, 8))
     >>> k = v = keras.random.normal((2, 7, 4, 8))
-    >>> out = keras_attn.layers.attention.scaled_dot_product_attention(q, k, v)
+    >>> out = keras_attn.layers.scaled_dot_product_attention(q, k, v)
     >>> tuple(out.shape)
     (2, 5, 4, 8)
 

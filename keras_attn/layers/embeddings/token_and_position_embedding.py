@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_attn.layers._last_axis_matmul import last_axis_matmul
 from keras_attn.layers.positions import position_schemes
-from keras_attn.validation import check_bool, check_choice, check_positive_int
+from keras_attn.validation import check_bool, check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -36,7 +36,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         embedding_dim: int, the model dimension `d_model`.
         position: the name of a position scheme (see
             `keras_attn.layers.positions.position_schemes`): `"sinusoidal"` (section
-            3.5) or `"learned"`. Defaults to `"sinusoidal"`.
+            3.5) or `"learned"`, or a dict of a name and the scheme's
+            fields (`position_schemes.check_position`). Defaults to
+            `"sinusoidal"`.
         scale_by_sqrt_dim: bool, multiply token embeddings by
             `sqrt(embedding_dim)` as in section 3.4. Defaults to `True`.
         mask_zero: bool, whether id 0 is padding; the output then carries a
@@ -89,7 +91,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.vocabulary_size = check_positive_int(vocabulary_size, "vocabulary_size")
         self.sequence_length = check_positive_int(sequence_length, "sequence_length")
         self.embedding_dim = check_positive_int(embedding_dim, "embedding_dim")
-        self.position = check_choice(position, "position", position_schemes.names())
+        self.position = position_schemes.check_position(position)
         self.position_scheme = position_schemes.get(
             position, sequence_length=self.sequence_length
         )

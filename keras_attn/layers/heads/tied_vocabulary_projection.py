@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_attn.validation import check_bool
+
 
 class _Untracked:
     """Holds a layer out of Keras's sight: its owner tracks and saves it."""
@@ -30,6 +32,9 @@ class TiedVocabularyProjection(keras.layers.Layer):
             `keras_attn.layers.TokenAndPositionEmbedding` or
             `keras.layers.ReversibleEmbedding` (any layer whose call takes
             `reverse=True`), or its serialized config.
+        use_bias: bool, add a learned bias `(vocabulary_size,)` to the
+            logits (Marian's `final_logits_bias`), a weight of this layer.
+            Defaults to `False`.
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -52,8 +57,9 @@ class TiedVocabularyProjection(keras.layers.Layer):
           Models", 2017.
     """
 
-    def __init__(self, embedding, **kwargs):
+    def __init__(self, embedding, use_bias=False, **kwargs):
         super().__init__(**kwargs)
+        self.use_bias = check_bool(use_bias, "use_bias")
         if isinstance(embedding, dict):
             embedding = keras.layers.deserialize(embedding)
             # Restored on its own: nobody else owns the table, so this layer
@@ -71,11 +77,19 @@ class TiedVocabularyProjection(keras.layers.Layer):
         if not embedding.built:
             # (batch, length, embedding_dim) -> token ids (batch, length)
             embedding.build(tuple(hidden_shape[:-1]))
+        if self.use_bias:
+            logits = self.compute_output_spec(keras.KerasTensor(hidden_shape))
+            self.bias = self.add_weight(
+                shape=(logits.shape[-1],), initializer="zeros", name="bias"
+            )
         self.built = True
 
     def call(self, hidden):
         # (batch, length, embedding_dim) -> (batch, length, vocabulary_size)
-        return self._shared.layer(hidden, reverse=True)
+        logits = self._shared.layer(hidden, reverse=True)
+        if self.use_bias:
+            logits = logits + keras.ops.cast(self.bias, logits.dtype)
+        return logits
 
     def compute_output_spec(self, hidden):
         return self._shared.layer.compute_output_spec(hidden, reverse=True)
@@ -83,4 +97,5 @@ class TiedVocabularyProjection(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config["embedding"] = keras.layers.serialize(self._shared.layer)
+        config["use_bias"] = self.use_bias
         return config

@@ -96,7 +96,7 @@ def alibi_bias(
 
     Example:
 
-    >>> bias = keras_attn.layers.positions.alibi_bias(2, query_length=3, key_length=3)
+    >>> bias = keras_attn.layers.alibi_bias(2, query_length=3, key_length=3)
     >>> keras.ops.convert_to_numpy(bias[0, 0]).tolist()
     [[0.0, 0.0625, 0.125], [-0.0625, 0.0, 0.0625], [-0.125, -0.0625, 0.0]]
 
@@ -128,7 +128,7 @@ class AlibiBias(keras.layers.Layer):
     of key `j`, the paper's bias for the last query. Softmax ignores a
     constant per row, so every query's attention weights are those of
     the paper's `-slope_h * (i - j)` over the keys it may attend to
-    (`keras_attn.layers.positions.alibi_bias` gives that form, for any query
+    (`keras_attn.layers.alibi_bias` gives that form, for any query
     offset).
 
     Args:

@@ -43,6 +43,7 @@ from keras_attn.layers.positions.sinusoidal_position_encoding import (
     SinusoidalPositionEncoding,
 )
 from keras_attn.validation import (
+    check_choice,
     check_max_wavelength,
     check_positive_float,
     check_positive_int,
@@ -71,12 +72,46 @@ def names():
     return tuple(_SCHEMES)
 
 
+# Fields a model sets from its own arguments, not from a `position` dict.
+_MODEL_FIELDS = ("num_heads", "sequence_length")
+
+
+def check_position(position, name="position"):
+    """A model's `position`: a scheme's name, or a dict of it and its fields.
+
+    The dict form sets a scheme's own fields, e.g. `{"name": "rotary",
+    "max_wavelength": 500000.0, "scaling_factor": 2.0}` (Llama 3's
+    `rope_theta`); `get` builds it. The fields the model sets itself
+    (`num_heads`, `sequence_length`) are not accepted.
+
+    Returns:
+        The name, or a copy of the dict.
+
+    Raises:
+        ValueError: an unknown name or field.
+    """
+    if not isinstance(position, dict):
+        return check_choice(position, name, names())
+    scheme_name = check_choice(position.get("name"), f"{name}['name']", names())
+    allowed = {
+        field.name for field in dataclasses.fields(_SCHEMES[scheme_name])
+    } - set(_MODEL_FIELDS)
+    unknown = sorted(set(position) - allowed - {"name"})
+    if unknown:
+        raise ValueError(
+            f"`{name}` of the {scheme_name!r} scheme takes the fields "
+            f"{sorted(allowed)}. Received: {name}={position!r}"
+        )
+    return dict(position)
+
+
 def get(identifier, sequence_length=None, num_heads=None):
     """The position scheme that `identifier` names, for a model of this shape.
 
     Args:
         identifier: a scheme's name (`"sinusoidal"`, `"learned"`,
-            `"alibi"`, `"relative"`, `"rotary"`) or a `PositionScheme`,
+            `"alibi"`, `"relative"`, `"rotary"`), a dict of a name and the
+            scheme's fields (`check_position`), or a `PositionScheme`,
             returned as it is.
         sequence_length: int, the model's longest sequence (the number of
             learned positions). Defaults to `None`.
@@ -102,6 +137,10 @@ def get(identifier, sequence_length=None, num_heads=None):
     """
     if isinstance(identifier, PositionScheme):
         return identifier
+    if isinstance(identifier, dict):  # `check_position`'s dict form
+        fields = dict(check_position(identifier))
+        scheme = get(fields.pop("name"), sequence_length, num_heads)
+        return dataclasses.replace(scheme, **fields)
     try:
         scheme_class = _SCHEMES[identifier]
     except (KeyError, TypeError):  # TypeError: an unhashable identifier.
@@ -317,7 +356,7 @@ class AlibiPositions(PositionScheme):
     """ALiBi: no position embedding, a linear distance penalty per head.
 
     Head `h` adds `-slope_h * |query_position - key_position|` to its
-    scores (`keras_attn.layers.positions.alibi_bias`; the slopes are
+    scores (`keras_attn.layers.alibi_bias`; the slopes are
     `keras_attn.layers.alibi_slopes`). A decoder's causal mask leaves only
     keys at or before the query, so its bias is the paper's
     `-slope_h * (i - j)`; an encoder's queries see keys on both sides and

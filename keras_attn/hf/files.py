@@ -1,0 +1,383 @@
+"""Hugging Face checkpoint files: where they are, their config, their tensors.
+
+A checkpoint is a directory in the Hugging Face layout:
+
+```
+config.json                       # model_type and the architecture
+model.safetensors                 # or model-0000i-of-0000n.safetensors
+model.safetensors.index.json      #   with the index of a sharded one
+tokenizer.json / tokenizer.model  # the tokenizer's files
+```
+
+`resolve_checkpoint` finds it (a local directory, or `hf://owner/name`
+through the `huggingface_hub` cache), `read_config` and `read_weights`
+read it, `take` hands a family's mapping one tensor with the shape it
+expects, and the family registry says which mapping file turns a
+`model_type` into our models. Only safetensors are read: pickle files
+(`pytorch_model.bin`) can run code when loaded and are never opened.
+"""
+
+import importlib
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from keras_attn.file_safety import read_json
+
+HF_SCHEME = "hf://"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+# What `hf://` downloads: the config, the weights, the tokenizer and the
+# generation defaults; never pickles, ONNX exports or other frameworks'
+# weights.
+ALLOW_PATTERNS = [
+    "*.json",
+    "*.safetensors",
+    "*.model",
+    "*.spm",
+    "*.txt",
+    "*.tiktoken",
+]
+PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+# model_type -> the module (or its dotted name) that maps that family.
+_FAMILIES = {
+    "llama": "keras_attn.hf.llama",
+    "marian": "keras_attn.hf.marian",
+    "mistral": "keras_attn.hf.llama",
+    "qwen2": "keras_attn.hf.llama",
+}
+
+
+def is_hf_checkpoint(source):
+    """Whether `source` names a Hugging Face checkpoint rather than a preset.
+
+    `True` for a `"hf://..."` string, and for a directory whose
+    `config.json` declares a `model_type` and which has no keras-attn preset
+    files (a keras-attn preset's `config.json` is a serialized Keras object
+    with a `class_name`).
+    """
+    if isinstance(source, str) and source.startswith(HF_SCHEME):
+        return True
+    if not isinstance(source, (str, os.PathLike)) or not _is_path(source):
+        return False
+    directory = Path(source).expanduser()
+    config_path = directory / CONFIG_FILE
+    if not config_path.is_file() or (directory / "model.weights.h5").exists():
+        return False
+    try:
+        config = read_json(config_path)
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(config, dict)
+        and "model_type" in config
+        and "class_name" not in config
+    )
+
+
+def _is_path(source):
+    """keras-hub's rule for presets: a path is an `os.PathLike`, or a string
+    with a separator, starting with `.` or `~`, or absolute; a bare name
+    (`"multi30k_en_de"`) names a registered preset, never a folder."""
+    if isinstance(source, os.PathLike):
+        return True
+    separators = [os.sep] + ([os.altsep] if os.altsep else [])
+    return (
+        any(separator in source for separator in separators)
+        or source.startswith((".", "~"))
+        or os.path.isabs(source)
+    )
+
+
+def resolve_checkpoint(source):
+    """The local directory of a checkpoint, downloading it where needed.
+
+    Args:
+        source: `"hf://owner/name"`, `"hf://owner/name@revision"` (a branch,
+            tag or commit), or the path of a local checkpoint directory.
+            `hf://` goes through `huggingface_hub.snapshot_download` and its
+            cache (`HF_HUB_CACHE`); with `HF_HUB_OFFLINE=1` only the cache is
+            used. Only the config, safetensors, tokenizer and generation
+            files are fetched.
+
+    Returns:
+        A `pathlib.Path` to the checkpoint directory.
+
+    Raises:
+        ValueError: a malformed `hf://` address.
+        FileNotFoundError: a local path that is not a directory, or a
+            repository that is neither cached nor reachable (named).
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(
+            "`source` must be 'hf://owner/name[@revision]' or a directory path. "
+            f"Received: source={source!r:.100} of type {type(source).__name__}"
+        )
+    if isinstance(source, str) and source.startswith(HF_SCHEME):
+        return _download(source)
+    directory = Path(source).expanduser()
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f"No checkpoint directory at {str(directory)!r}. Received: "
+            f"source={str(source)!r}"
+        )
+    return directory
+
+
+def _download(source):
+    address = source[len(HF_SCHEME) :]
+    repo_id, _, revision = address.partition("@")
+    if not _REPO_ID.match(repo_id) or (not revision and "@" in address):
+        raise ValueError(
+            "`source` must be 'hf://owner/name' or 'hf://owner/name@revision'. "
+            f"Received: source={source!r}"
+        )
+    try:
+        import huggingface_hub
+        from huggingface_hub import constants, errors
+    except ImportError as error:
+        raise ImportError(
+            f"Loading {source!r} needs `huggingface_hub`: pip install 'keras-attn[hf]'."
+        ) from error
+    try:
+        path = huggingface_hub.snapshot_download(
+            repo_id, revision=revision or None, allow_patterns=ALLOW_PATTERNS
+        )
+    except errors.LocalEntryNotFoundError as error:
+        offline = constants.HF_HUB_OFFLINE
+        why = (
+            "HF_HUB_OFFLINE is set"
+            if offline
+            else "the Hugging Face Hub cannot be reached"
+        )
+        raise FileNotFoundError(
+            f"The repository {repo_id!r}"
+            + (f" at revision {revision!r}" if revision else "")
+            + f" is not in the Hugging Face cache and {why}. Download it once "
+            "with network access (the same `from_preset` call, or "
+            f"`hf download {repo_id}`), or set HF_HUB_CACHE to a cache that "
+            f"holds it. Received: source={source!r}"
+        ) from error
+    except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError) as error:
+        raise FileNotFoundError(
+            f"The Hugging Face Hub has no repository {repo_id!r}"
+            + (f" at revision {revision!r}" if revision else "")
+            + f" (or it is private or gated: log in with `hf auth login`). "
+            f"Received: source={source!r}"
+        ) from error
+    return Path(path)
+
+
+def read_config(directory):
+    """The checkpoint's `config.json` as a dict; a malformed one is named."""
+    path = Path(directory) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"The checkpoint directory {str(directory)!r} has no {CONFIG_FILE!r}."
+        )
+    config = read_json(path)
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise ValueError(
+            f"{str(path)!r} is not a Hugging Face model config: expected a JSON "
+            f"object with a 'model_type' string. Received: {json.dumps(config)[:100]}"
+        )
+    return config
+
+
+def weight_files(directory):
+    """The safetensors files of a checkpoint, sharded or not, in order.
+
+    Raises:
+        FileNotFoundError: no safetensors in `directory`; where it holds a
+            pickle file (`pytorch_model.bin`) instead, the error names it.
+        ValueError: a malformed `model.safetensors.index.json`.
+    """
+    directory = Path(directory)
+    if (directory / WEIGHTS_FILE).is_file():
+        return [directory / WEIGHTS_FILE]
+    index_path = directory / WEIGHTS_INDEX_FILE
+    if index_path.is_file():
+        index = read_json(index_path)
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(name, str) for name in weight_map.values()
+        ):
+            raise ValueError(
+                f"{str(index_path)!r} is not a safetensors index: expected a "
+                "'weight_map' object from tensor names to file names."
+            )
+        shards = sorted(set(weight_map.values()))
+        return [_shard_path(directory, shard, index_path) for shard in shards]
+    pickles = [name for name in PICKLE_FILES if (directory / name).exists()]
+    pickles += sorted(path.name for path in directory.glob("pytorch_model-*.bin"))
+    if pickles:
+        raise FileNotFoundError(
+            f"The checkpoint {str(directory)!r} has its weights only as "
+            f"{pickles[0]!r}, a pickle file: loading a pickle can run arbitrary "
+            "code, so keras-attn reads safetensors only. Use a revision of the "
+            "repository that has model.safetensors (many have one on the "
+            "'refs/pr/N' branch the Hub's conversion bot opened), or convert "
+            "it yourself where you trust the file."
+        )
+    raise FileNotFoundError(
+        f"The checkpoint {str(directory)!r} has no {WEIGHTS_FILE!r} and no "
+        f"{WEIGHTS_INDEX_FILE!r}."
+    )
+
+
+def _shard_path(directory, name, index_path):
+    """`directory / name` for a shard named by the index: a plain file name.
+
+    The Hugging Face cache links each file of a snapshot to a blob outside
+    the snapshot's folder, so links are followed; the name itself must not
+    leave the folder.
+    """
+    if not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise ValueError(
+            f"{str(index_path)!r} names a shard outside the checkpoint "
+            f"directory: {name!r}. Expected a file name inside {str(directory)!r}."
+        )
+    path = directory / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{str(index_path)!r} lists the shard {name!r}, which is not in "
+            f"{str(directory)!r}."
+        )
+    return path
+
+
+def read_weights(directory):
+    """Every tensor of a checkpoint, as float32 (or integer) NumPy arrays.
+
+    Reads `model.safetensors`, or the shards that
+    `model.safetensors.index.json` lists. bfloat16 and float16 tensors are
+    converted to float32. Nothing is unpickled: a directory that has only
+    pickle files is refused (`weight_files`).
+
+    Returns:
+        A dict from tensor name to `numpy.ndarray`.
+    """
+    try:
+        from safetensors import SafetensorError, safe_open
+    except ImportError as error:
+        raise ImportError(
+            "Reading safetensors needs `safetensors`: pip install 'keras-attn[hf]'."
+        ) from error
+    weights = {}
+    for path in weight_files(directory):
+        try:
+            with safe_open(str(path), framework="numpy") as file:
+                names = list(file.keys())
+                kinds = {name: file.get_slice(name).get_dtype() for name in names}
+                for name in names:
+                    if kinds[name] != "BF16":
+                        weights[name] = _float32(file.get_tensor(name))
+        except (SafetensorError, OSError) as error:
+            raise ValueError(
+                f"{str(path)!r} is not a readable safetensors file: {error}"
+            ) from error
+        bfloat16 = [name for name in names if kinds[name] == "BF16"]
+        if bfloat16:
+            weights.update(_read_bfloat16(path, bfloat16))
+    return weights
+
+
+def _float32(array):
+    if np.issubdtype(array.dtype, np.floating) and array.dtype != np.float32:
+        return array.astype(np.float32)
+    return array
+
+
+def _read_bfloat16(path, names):
+    """bfloat16 tensors (which NumPy has no type for) widened to float32.
+
+    safetensors has already checked the header when `path` was opened; its
+    offsets give each tensor's bytes, whose 16 bits are float32's upper half.
+    """
+    with open(path, "rb") as file:
+        header_size = int.from_bytes(file.read(8), "little")
+        header = json.loads(file.read(header_size))
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_size)
+    tensors = {}
+    for name in names:
+        start, end = header[name]["data_offsets"]
+        half = np.frombuffer(data[start:end].tobytes(), dtype="<u2")
+        widened = half.astype(np.uint32) << 16
+        tensors[name] = widened.view(np.float32).reshape(header[name]["shape"])
+    return tensors
+
+
+def take(weights, name, shape, source="the checkpoint"):
+    """The tensor `name` of `weights`, refused if missing or of another shape.
+
+    Args:
+        weights: dict from tensor name to array (`read_weights`).
+        name: the tensor's name in the checkpoint.
+        shape: the shape the mapping expects (a tuple of ints).
+        source: what to call the checkpoint in errors. Defaults to
+            `"the checkpoint"`.
+
+    Returns:
+        The array.
+
+    Raises:
+        KeyError: no tensor of that name (the error names it).
+        ValueError: the tensor has another shape (the error names both).
+    """
+    if name not in weights:
+        raise KeyError(
+            f"{source} has no tensor {name!r}, which the config requires "
+            f"(shape {tuple(shape)})."
+        )
+    array = weights[name]
+    if tuple(array.shape) != tuple(shape):
+        raise ValueError(
+            f"The tensor {name!r} of {source} has shape {tuple(array.shape)}; "
+            f"the config requires {tuple(shape)}."
+        )
+    return array
+
+
+def register_family(model_type, module):
+    """Registers the mapping of a `model_type`: a module or its dotted name.
+
+    The module provides `load_model(directory, config, weights, **overrides)`
+    (the model), and, where it supports them, `load_tokenizer(directory,
+    config)` and `export(model, directory)`.
+    """
+    if not isinstance(model_type, str) or not model_type:
+        raise ValueError(
+            f"`model_type` must be a non-empty string. Received: model_type={model_type!r}"
+        )
+    _FAMILIES[model_type] = module
+
+
+def supported_model_types():
+    """The `model_type` values a family is registered for, sorted."""
+    return sorted(_FAMILIES)
+
+
+def family(model_type):
+    """The module that maps checkpoints of `model_type` onto our models.
+
+    Raises:
+        ValueError: no family is registered for `model_type` (the error
+            names it and the supported ones).
+    """
+    if model_type not in _FAMILIES:
+        raise ValueError(
+            f"keras-attn has no mapping for model_type={model_type!r} (the "
+            "'model_type' of config.json). Supported model types: "
+            f"{', '.join(supported_model_types())}."
+        )
+    module = _FAMILIES[model_type]
+    if isinstance(module, str):
+        module = importlib.import_module(module)
+        _FAMILIES[model_type] = module
+    return module
