@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+from tiny_seq2seq import END, PAD, START, VOCABULARY_SIZE, make_model
 
 from keras_attn.generation import (
     BannedSequences,
@@ -21,9 +22,8 @@ from keras_attn.generation import (
     generate_seq2seq,
 )
 from keras_attn.generation.logits_processors import check_processors
-from keras_attn.models import Transformer, TransformerLM
+from keras_attn.models import TransformerLM
 
-VOCABULARY_SIZE, PAD, START, END = 24, 0, 2, 3
 ROWS, LENGTH, INDEX, PROMPT = 3, 9, 5, 2
 EOS = (3, 7)
 
@@ -177,17 +177,6 @@ def test_processors_serialize_and_check_their_arguments():
     with pytest.raises(ValueError, match="`sequences` must be a sequence"):
         BannedSequences([[1, -2]])
     assert isinstance(MinP(0.5), LogitsProcessor)
-
-
-def make_model(end_bias=0.0):
-    keras.utils.set_random_seed(0)
-    model = Transformer.from_preset(
-        "transformer_tiny", vocabulary_size=VOCABULARY_SIZE, tie_embeddings=False
-    )
-    kernel, bias = model.get_layer("logits").get_weights()
-    bias[END] = end_bias
-    model.get_layer("logits").set_weights([kernel, bias])
-    return model
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+from tiny_seq2seq import END, PAD, START, VOCABULARY_SIZE, make_model
 
 from keras_attn.generation import (
     SequenceGenerator,
@@ -10,9 +11,7 @@ from keras_attn.generation import (
     greedy_search,
     sample,
 )
-from keras_attn.models import Transformer
 
-VOCABULARY_SIZE, PAD, START, END = 24, 0, 2, 3
 MAX_LENGTH = 7
 SOURCE = np.array(
     [[5, 6, 7, 8, 0, 0], [4, 9, 10, 11, 12, 13], [20, 21, 5, 6, 7, 0]], "int32"
@@ -23,17 +22,6 @@ OPTIONS = {
     "beam": {"beam_size": 3, "length_penalty_alpha": 0.6},
     "sample": {"top_k": 5, "temperature": 1.5, "seed": 1},
 }
-
-
-def make_model(end_bias=0.0):
-    keras.utils.set_random_seed(0)
-    model = Transformer.from_preset(
-        "transformer_tiny", vocabulary_size=VOCABULARY_SIZE, tie_embeddings=False
-    )
-    kernel, bias = model.get_layer("logits").get_weights()
-    bias[END] = end_bias
-    model.get_layer("logits").set_weights([kernel, bias])
-    return model
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ random `MarianMTModel` and saves model and tokenizer with
 
 import json
 
+import keras
 import numpy as np
 import pytest
 
@@ -169,6 +170,36 @@ def ours_from_marian(ids, mask=None):
     """Marian ids -> our ids (plus one; padding 0 where `mask` is 0)."""
     ours = np.asarray(ids, "int32") + 1
     return ours if mask is None else np.where(mask == 1, ours, 0).astype("int32")
+
+
+def hf_logits(hf_model, ids, mask, decoder_ids):
+    """`transformers`' logits of a Marian model, as NumPy."""
+    import torch
+
+    with torch.no_grad():
+        return hf_model(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            attention_mask=torch.tensor(mask, dtype=torch.long),
+            decoder_input_ids=torch.tensor(decoder_ids, dtype=torch.long),
+        ).logits.numpy()
+
+
+def assert_logits_equal_transformers(model, hf_model, ids, mask, decoder_ids):
+    """Our logits (compiled: one program, not a compilation per op) equal
+    `transformers`' on Marian ids; returns ours (id 0 is our padding)."""
+    expected = hf_logits(hf_model, ids, mask, decoder_ids)
+    logits = keras.ops.convert_to_numpy(
+        model.predict_on_batch(
+            {
+                "encoder_tokens": ours_from_marian(ids, mask),
+                "decoder_tokens": ours_from_marian(decoder_ids),
+            }
+        )
+    )
+    # The check can fail: the logits are of order one, not of the tolerance.
+    assert np.abs(expected).max() > 0.5
+    np.testing.assert_allclose(logits[..., 1:], expected, atol=1e-4, rtol=0)
+    return logits
 
 
 _CHECKPOINTS = {}

@@ -21,7 +21,9 @@ from marian_checkpoint import (  # noqa: E402
     ENGLISH,
     GERMAN,
     OPUS_MT_EN_DE,
+    assert_logits_equal_transformers,
     build_marian_checkpoint,
+    hf_logits,
     ours_from_marian,
     source_batch,
     tiny_marian_checkpoint,
@@ -58,15 +60,6 @@ def tokenizer_strings():
         count = int(rng.integers(1, 8))
         strings.append(" ".join(rng.choice(words, size=count)))
     return strings
-
-
-def hf_logits(hf_model, ids, mask, decoder_ids):
-    with torch.no_grad():
-        return hf_model(
-            input_ids=torch.tensor(ids, dtype=torch.long),
-            attention_mask=torch.tensor(mask, dtype=torch.long),
-            decoder_input_ids=torch.tensor(decoder_ids, dtype=torch.long),
-        ).logits.numpy()
 
 
 def hf_greedy(hf_model, ids, mask):
@@ -108,19 +101,7 @@ def test_logits_greedy_tokenizer_and_translator_equal_transformers(checkpoint):
     ids, mask = source_batch(hf_tokenizer, SOURCES)
     start = hf_model.config.decoder_start_token_id
     decoder_ids = np.array([[start, 5, 7, 9, 11, 3], [start, 4, 4, 8, 2, 6]])
-    expected = hf_logits(hf_model, ids, mask, decoder_ids)
-    # Compiled: one XLA program on JAX, not a compilation per op.
-    logits = keras.ops.convert_to_numpy(
-        model.predict_on_batch(
-            {
-                "encoder_tokens": ours_from_marian(ids, mask),
-                "decoder_tokens": ours_from_marian(decoder_ids),
-            }
-        )
-    )
-    # The check can fail: the logits are of order one, not of the tolerance.
-    assert np.abs(expected).max() > 0.5
-    np.testing.assert_allclose(logits[..., 1:], expected, atol=1e-4, rtol=0)
+    logits = assert_logits_equal_transformers(model, hf_model, ids, mask, decoder_ids)
     assert logits[..., 0].max() <= marian.PADDING_LOGIT / 2  # never padding
 
     # Greedy decoding (the Translator's compiled `SequenceGenerator`).
