@@ -12,7 +12,11 @@ tokenizer has pieces) and its `pad_id`.
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.text.tokenizer import SubwordTokenizer, _to_id_tensor, _to_string_tensor
+from keras_attn.text.tokenizer import (
+    SubwordTokenizer,
+    _to_id_tensor,
+    tokenize_in_python,
+)
 
 
 class CheckpointTokenizer(SubwordTokenizer):
@@ -70,12 +74,7 @@ class CheckpointTokenizer(SubwordTokenizer):
             A `tf.RaggedTensor` `(batch, (tokens))` of int32 ids, or a 1-D
             int32 tensor for a single string.
         """
-        strings = _to_string_tensor(strings)
-        if strings.shape.rank == 0:
-            return self.tokenize(strings[tf.newaxis])[0]
-        texts = [text.decode("utf-8") for text in strings.numpy().tolist()]
-        rows = self.tokenizer.tokenize(texts)
-        return tf.ragged.constant(rows, dtype=tf.int32, row_splits_dtype=tf.int64)
+        return tokenize_in_python(strings, self.tokenizer.tokenize)
 
     def detokenize(self, ids):
         """Ids back to text, stopping at the first end id; padding, the start

@@ -26,7 +26,11 @@ import sentencepiece
 import tensorflow as tf
 
 from keras_attn.file_safety import read_json
-from keras_attn.text.tokenizer import SubwordTokenizer, _to_id_tensor, _to_string_tensor
+from keras_attn.text.tokenizer import (
+    SubwordTokenizer,
+    _to_id_tensor,
+    tokenize_in_python,
+)
 
 SOURCE_MODEL_FILE = "source.spm"
 TARGET_MODEL_FILE = "target.spm"
@@ -189,12 +193,10 @@ class MarianTokenizer(SubwordTokenizer):
             A `tf.RaggedTensor` `(batch, (tokens))` of int32 ids, or a 1-D
             int32 tensor for a single string.
         """
-        strings = _to_string_tensor(strings)
-        if strings.shape.rank == 0:
-            return self.tokenize(strings[tf.newaxis])[0]
-        texts = [s.decode("utf-8") for s in strings.numpy().tolist()]
-        rows = [[i + ID_OFFSET for i in self._encode(text)] for text in texts]
-        return tf.ragged.constant(rows, dtype=tf.int32, row_splits_dtype=tf.int64)
+        return tokenize_in_python(
+            strings,
+            lambda texts: [[i + ID_OFFSET for i in self._encode(t)] for t in texts],
+        )
 
     def detokenize(self, ids):
         """Our ids back to target text, stopping at the first end id.

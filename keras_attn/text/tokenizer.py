@@ -70,6 +70,25 @@ def _to_string_tensor(strings):
         ) from error
 
 
+def tokenize_in_python(strings, encode_batch):
+    """Strings to ids with a tokenizer that runs in Python, not in the graph.
+
+    Args:
+        strings: a `str`, a list of `str`, or a `tf.string` tensor.
+        encode_batch: a function from a list of `str` to one list of int
+            ids per string.
+
+    Returns:
+        A `tf.RaggedTensor` `(batch, (tokens))` of int32 ids, or a 1-D int32
+        tensor for a single string.
+    """
+    strings = _to_string_tensor(strings)
+    if strings.shape.rank == 0:
+        return tokenize_in_python(strings[tf.newaxis], encode_batch)[0]
+    rows = encode_batch([text.decode("utf-8") for text in strings.numpy().tolist()])
+    return tf.ragged.constant(rows, dtype=tf.int32, row_splits_dtype=tf.int64)
+
+
 def _to_id_tensor(ids):
     """Converts ids (tf, NumPy, JAX, lists; dense or ragged) to int32 tf tensors."""
     if not isinstance(ids, (tf.Tensor, tf.RaggedTensor)):
