@@ -264,6 +264,10 @@ def main():
             + f" --xla_dump_to={dump_dir} --xla_dump_hlo_as_text"
             + f" --xla_dump_hlo_module_re=.*{step_module}.*"
         )
+    # XLA dumps only what it compiles: a program found in JAX's persistent
+    # compilation cache (which leaves the dump flags out of its key) would
+    # leave the dump empty.
+    os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
     host_memory = common.select_backend(args.backend, args.system_malloc)
     print(host_memory, flush=True)
     import keras
