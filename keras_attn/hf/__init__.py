@@ -19,6 +19,7 @@ onto our weights (`keras_attn.hf.llama` for Llama, Mistral and Qwen2);
 import importlib
 
 _LAZY_MODULES = (
+    "bert",
     "checkpoints",
     "export",
     "files",

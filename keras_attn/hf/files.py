@@ -47,6 +47,7 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # model_type -> the module (or its dotted name) that maps that family.
 _FAMILIES = {
+    "bert": "keras_attn.hf.bert",
     "llama": "keras_attn.hf.llama",
     "marian": "keras_attn.hf.marian",
     "mistral": "keras_attn.hf.llama",

@@ -57,19 +57,23 @@ def check_input_names(inputs, expected):
         )
 
 
-def check_token_batch(tokens, name, vocabulary_size):
-    """Raises if `tokens` is not a 2-D integer batch of ids in the vocabulary."""
+def check_token_batch(tokens, name, vocabulary_size, kind="token"):
+    """Raises if `tokens` is not a 2-D integer batch of ids in the vocabulary.
+
+    `kind="segment"` checks segment ids against `num_segments` instead,
+    `vocabulary_size` being their number. Defaults to `"token"`.
+    """
     shape = tuple(tokens.shape)
     if len(shape) != 2:
         raise ValueError(
-            f"`{name}` must be a 2-D batch of token ids (batch, length). "
+            f"`{name}` must be a 2-D batch of {kind} ids (batch, length). "
             f"Received: {name}.shape={shape}"
         )
     dtype = keras.backend.standardize_dtype(tokens.dtype)
     if not ("int" in dtype or "float" in dtype):
         # Booleans and strings would be read as ids 0/1 or fail deep inside.
         raise TypeError(
-            f"`{name}` must hold integer token ids. Received: {name} with dtype={dtype}"
+            f"`{name}` must hold integer {kind} ids. Received: {name} with dtype={dtype}"
         )
     values = _eager_values(tokens)
     if values is None or not values.size:
@@ -78,14 +82,15 @@ def check_token_batch(tokens, name, vocabulary_size):
         return
     if values.dtype.kind == "f" and not np.all(np.mod(values, 1) == 0):
         raise TypeError(
-            f"`{name}` must hold integer token ids. Received: {name} with "
+            f"`{name}` must hold integer {kind} ids. Received: {name} with "
             f"dtype={values.dtype} and non-integer values"
         )
     low, high = int(values.min()), int(values.max())
+    bound = "vocabulary_size" if kind == "token" else "num_segments"
     if low < 0 or high >= vocabulary_size:
         raise ValueError(
-            f"`{name}` holds token ids outside [0, vocabulary_size="
-            f"{vocabulary_size}). Received: ids from {low} to {high}"
+            f"`{name}` holds {kind} ids outside [0, {bound}={vocabulary_size}). "
+            f"Received: ids from {low} to {high}"
         )
 
 

@@ -9,15 +9,22 @@ from keras_attn.text.task_checks import (
     load_preset,
 )
 from keras_attn.thread_safety import predict_lock
-from keras_attn.validation import check_int, check_positive_int, check_string_list
+from keras_attn.validation import (
+    check_bool,
+    check_int,
+    check_positive_int,
+    check_string_list,
+)
 
 
 class TextClassifier:
     """Classifies raw strings with a trained `TransformerEncoderClassifier`.
 
     Each text becomes `[start] + its first pieces` (the start id serving as
-    BERT's `[CLS]`), cut to `sequence_length` and right-padded to it, so one
-    compiled function serves every batch.
+    BERT's `[CLS]`), with `add_end` followed by the end id (BERT's
+    `[SEP]`), cut to `sequence_length` and right-padded to it, so one
+    compiled function serves every batch. A model with segments
+    (`num_segments`) reads every text as segment 0.
 
     Thread-safe: threads may share one `TextClassifier`, on every backend,
     first (compiling) call included; each call gives what it gives alone.
@@ -33,6 +40,8 @@ class TextClassifier:
         sequence_length: pieces per text, the start id included. Defaults to
             `None`, meaning the model's `max_sequence_length`.
         batch_size: texts per batch. Defaults to `32`.
+        add_end: bool, end every text with the tokenizer's end id, also
+            when it is cut (BERT's `[CLS] text [SEP]`). Defaults to `False`.
 
     Example:
 
@@ -42,7 +51,13 @@ class TextClassifier:
     """
 
     def __init__(
-        self, model, tokenizer, class_names=None, sequence_length=None, batch_size=32
+        self,
+        model,
+        tokenizer,
+        class_names=None,
+        sequence_length=None,
+        batch_size=32,
+        add_end=False,
     ):
         check_tokenizer_matches(tokenizer, model)
         if class_names is not None:
@@ -62,17 +77,27 @@ class TextClassifier:
         self.class_names = None if class_names is None else list(class_names)
         self.sequence_length = sequence_length
         self.batch_size = check_positive_int(batch_size, "batch_size")
+        self.add_end = check_bool(add_end, "add_end")
+        if self.add_end and tokenizer.end_id is None:
+            raise ValueError(
+                "`add_end=True` ends every text with the tokenizer's end id, "
+                f"and this tokenizer has none. Received: tokenizer={tokenizer!r:.100}"
+            )
 
     @classmethod
     def from_preset(cls, preset, dtype=None, **kwargs):
         """A `TextClassifier` from a trained classifier preset.
 
         The class names and the sequence length come from the preset's
-        `metadata.json` (`"class_names"`, `"sequence_length"`).
+        `metadata.json` (`"class_names"`, `"sequence_length"`). A Hugging
+        Face `BertForSequenceClassification` checkpoint brings its
+        WordPiece tokenizer and its `id2label` (`keras_attn.hf.bert`).
 
         Args:
             preset: the name of a shipped trained preset, such as
-                `"bbc_news_classifier"`, or a preset directory.
+                `"bbc_news_classifier"`, a preset directory, or a Hugging
+                Face checkpoint (`"hf://owner/name"` or its local
+                directory).
             dtype: the model's dtype policy. Defaults to `None`, meaning the
                 saved one.
             **kwargs: `TextClassifier` arguments that replace the preset's.
@@ -80,6 +105,10 @@ class TextClassifier:
         Returns:
             A `TextClassifier`.
         """
+        from keras_attn.hf import bert, files
+
+        if files.is_hf_checkpoint(preset):  # "hf://owner/name" or its directory
+            return bert.load_text_classifier(cls, preset, dtype=dtype, **kwargs)
         from keras_attn.models import TransformerEncoderClassifier
         from keras_attn.models.preset_files import METADATA_FILE, read_preset_file
 
@@ -92,7 +121,8 @@ class TextClassifier:
         return cls(model, tokenizer, **kwargs)
 
     def encode(self, texts):
-        """int32 `(len(texts), sequence_length)`: `[start] + pieces`, padded."""
+        """int32 `(len(texts), sequence_length)`: `[start] + pieces` (and
+        the end id with `add_end`), padded."""
         texts = check_texts(texts, "texts")
         ids = np.full(
             (len(texts), self.sequence_length), self.tokenizer.pad_id, "int32"
@@ -100,8 +130,10 @@ class TextClassifier:
         if not texts:
             return ids
         pieces = self.tokenizer.tokenize(tf.constant(texts, tf.string)).to_list()
+        end = [self.tokenizer.end_id] if self.add_end else []
+        room = self.sequence_length - 1 - len(end)
         for row, text_pieces in enumerate(pieces):
-            sequence = [self.tokenizer.start_id, *text_pieces][: self.sequence_length]
+            sequence = [self.tokenizer.start_id, *text_pieces[:room], *end]
             ids[row, : len(sequence)] = sequence
         return ids
 
@@ -110,8 +142,11 @@ class TextClassifier:
         ids = self.encode(texts)
         if not len(ids):
             return np.zeros((0, self.model.num_classes), "float32")
+        inputs = ids
+        if self.model.num_segments is not None:
+            inputs = {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
         with predict_lock(self.model):
-            logits = self.model.predict(ids, batch_size=self.batch_size, verbose=0)
+            logits = self.model.predict(inputs, batch_size=self.batch_size, verbose=0)
         logits = np.asarray(logits, "float64")
         logits -= logits.max(axis=-1, keepdims=True)
         probabilities = np.exp(logits)

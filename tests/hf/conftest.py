@@ -112,3 +112,61 @@ def hf_causal_lms(tmp_path_factory):
         return built[model_type]
 
     return checkpoint
+
+
+# BERT: a WordPiece vocabulary of 60 pieces ([PAD] 0, as BERT's), hidden 32,
+# 2 layers, 4 heads, two segments, three labels.
+BERT_VOCABULARY = [
+    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+    "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "in", "park",
+    "sun", "is", "warm", "today", "we", "read", "good", "book", "caf",
+    "run", "play", "not", "bad", "very", "film", "it", "was", "great",
+    "##e", "##s", "##ing", "##ed", "##ly", "##er", "##n", "##k",
+    "!", ",", ".", "?", "'", "-", "中", "文",
+    "b", "c", "d", "e", "k", "n", "o", "r", "s", "t", "w",
+]  # fmt: skip
+BERT_LABELS = {0: "negative", 1: "neutral", 2: "positive"}
+
+
+def build_bert_classifier(directory):
+    """Saves a random `BertForSequenceClassification` with its tokenizer
+    (`vocab.txt`, `tokenizer.json`, `tokenizer_config.json`, lower-cased);
+    returns the torch model."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=len(BERT_VOCABULARY),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=64,
+        type_vocab_size=2,
+        id2label=BERT_LABELS,
+        label2id={name: index for index, name in BERT_LABELS.items()},
+        # Weights large enough for logits of order one: a wrong mapping shows.
+        initializer_range=0.2,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(config).eval()
+    with torch.no_grad():
+        # Biases and norm scales away from their initial zeros and ones, so
+        # the mapping of each is exercised.
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name:
+                parameter.add_(0.5 * torch.randn_like(parameter))
+    model.save_pretrained(directory, safe_serialization=True)
+    vocabulary = directory / "vocab.txt"
+    vocabulary.write_text("\n".join(BERT_VOCABULARY) + "\n", encoding="utf-8")
+    transformers.BertTokenizer(str(vocabulary), do_lower_case=True).save_pretrained(
+        directory
+    )
+    return model
+
+
+@pytest.fixture(scope="session")
+def hf_bert_classifier(tmp_path_factory):
+    """`(directory, transformers model)` of a tiny BERT classifier."""
+    directory = tmp_path_factory.mktemp("hf_bert")
+    return directory, build_bert_classifier(directory)

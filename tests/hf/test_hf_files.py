@@ -153,7 +153,7 @@ def test_refusals_name_the_file_field_or_tensor(checkpoint, tmp_path):
     )
     with pytest.raises(
         ValueError,
-        match="model_type='gpt_neox'.*Supported model types: llama, .*mistral, qwen2",
+        match="model_type='gpt_neox'.*Supported model types: bert, llama, .*mistral, qwen2",
     ):
         TransformerLM.from_preset(str(malformed))
 

@@ -121,3 +121,47 @@ def test_from_preset_needs_a_vocabulary_and_names_presets():
         )
     with pytest.raises(ValueError, match="bert_base"):
         TransformerEncoderClassifier.from_preset("bert_large", num_classes=2)
+
+
+# BERT's options: segment embeddings (a second input), the pooler, unscaled
+# token embeddings.
+BERT_OPTIONS = dict(num_segments=2, pooled_dense=True, scale_embeddings=False)
+SEGMENTS = np.array([[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1]], "int32")
+
+
+def test_bert_options_round_trip_config_and_keras_file(tmp_path):
+    model = make_model(**BERT_OPTIONS)
+    inputs = {"token_ids": TOKENS, "segment_ids": SEGMENTS}
+    logits = np.asarray(model(inputs))
+    config = model.get_config()
+    json.dumps(config)
+    assert {name: config[name] for name in BERT_OPTIONS} == BERT_OPTIONS
+    revived = TransformerEncoderClassifier.from_config(config)
+    assert revived.get_config() == config
+    assert revived.count_params() == model.count_params()
+    path = tmp_path / "bert_like.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(loaded(inputs), logits, atol=1e-6)
+    # The pooler and the segments are read.
+    features, _ = model.encode(TOKENS, segment_ids=SEGMENTS)
+    kernel, bias = model.get_layer("logits").get_weights()
+    pooled = np.asarray(model.pooler(features[:, 0]))
+    np.testing.assert_allclose(logits, pooled @ kernel + bias, atol=1e-5)
+    other = np.asarray(model({"token_ids": TOKENS, "segment_ids": 1 - SEGMENTS}))
+    assert np.abs(other - logits).max() > 1e-3
+    # Row 0 alone (4 tokens) equals row 0 of the padded batch.
+    alone = model({"token_ids": TOKENS[:1, :4], "segment_ids": SEGMENTS[:1, :4]})
+    np.testing.assert_allclose(logits[:1], alone, atol=1e-5)
+
+
+def test_segment_ids_are_checked_by_name():
+    model = make_model(num_segments=2)
+    with pytest.raises(ValueError, match=r"outside \[0, num_segments=2\)"):
+        model({"token_ids": TOKENS, "segment_ids": SEGMENTS + 1})
+    with pytest.raises(ValueError, match=r"segment_ids.shape=\(2, 5\)"):
+        model({"token_ids": TOKENS, "segment_ids": SEGMENTS[:, :5]})
+    with pytest.raises(TypeError, match="segment_ids"):
+        model(TOKENS)
+    with pytest.raises(ValueError, match="num_segments=0"):
+        make_model(num_segments=0)
