@@ -24,6 +24,7 @@ _LAZY_MODULES = (
     "files",
     "llama",
     "marian",
+    "t5",
     "tasks",
     "tokenizer",
 )
