@@ -25,6 +25,7 @@ _LAZY_MODULES = (
     "files",
     "llama",
     "marian",
+    "t5",
     "tasks",
     "tokenizer",
 )

@@ -52,6 +52,7 @@ _FAMILIES = {
     "marian": "keras_attn.hf.marian",
     "mistral": "keras_attn.hf.llama",
     "qwen2": "keras_attn.hf.llama",
+    "t5": "keras_attn.hf.t5",
 }
 
 

@@ -437,6 +437,7 @@ def _check_exportable(model, config, model_type):
         "use_bias": (model_type == "qwen2", model.use_bias),
         "attention.qk_norm": (False, model.attention.qk_norm),
         "attention.logit_soft_cap": (None, model.attention.logit_soft_cap),
+        "attention.scale": (None, model.attention.scale),
     }
     for field, (expected, received) in required.items():
         if received != expected:

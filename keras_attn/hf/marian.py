@@ -445,6 +445,8 @@ def _check_exportable(model):
         "use_bias": (model.use_bias, True),
         "tie_embeddings": (model.tie_embeddings, True),
         "layer_norm_epsilon": (model.layer_norm_epsilon, LAYER_NORM_EPSILON),
+        "scale_embeddings": (model.scale_embeddings, True),
+        "logits_scale": (model.logits_scale, 1.0),
     }
     for name, (value, expected) in required.items():
         if value != expected:

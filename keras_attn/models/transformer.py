@@ -17,13 +17,13 @@ from keras_attn.models.zoo_model import (
 )
 from keras_attn.validation import (
     check_bool,
-    check_choice,
+    check_positive_float,
     check_positive_int,
     check_token_id,
 )
 
 # `layers` below is the model, or, while the model is built, a namespace
-# of its layers under the same names.
+# of its layers (and its `logits_scale`) under the same names.
 
 
 def _run_encoder(layers, tokens, training=None):
@@ -60,6 +60,13 @@ def _run_decoder(layers, tokens, encoder_output, encoder_padding_mask, training=
     if layers.decoder_output_norm is not None:
         x = layers.decoder_output_norm(x)
     # (batch, target_length, vocabulary_size)
+    return _logits(layers, x)
+
+
+def _logits(layers, x):
+    """The decoder's output `(batch, length, hidden_dim)` -> logits."""
+    if layers.logits_scale != 1.0:
+        x = x * ops.cast(layers.logits_scale, x.dtype)
     return layers.output_projection(x)
 
 
@@ -92,7 +99,9 @@ class Transformer(ZooModel):
         position: the position scheme's name (see
             `keras_attn.layers.positions.position_schemes`), `"sinusoidal"`,
             `"learned"`, `"alibi"` (attention biases, Press et al., 2022),
-            `"relative"` (T5) or `"rotary"` (RoPE, self-attention only).
+            `"relative"` (T5) or `"rotary"` (RoPE, self-attention only),
+            or a dict of the name and the scheme's fields, e.g.
+            `{"name": "relative", "num_buckets": 32, "max_distance": 128}`.
             Defaults to `"sinusoidal"`.
         normalize_first: bool, pre-norm blocks plus a final norm.
             Defaults to `False` (the paper's post-norm).
@@ -104,7 +113,8 @@ class Transformer(ZooModel):
             `num_layers`.
         pad_id: int, the padding token id. Defaults to `0`.
         activation: feed-forward activation, a Keras activation or a
-            gated one: `"geglu"`, `"swiglu"` or `"reglu"` (Shazeer, 2020).
+            gated one: `"geglu"`, `"swiglu"`, `"reglu"` (Shazeer, 2020) or
+            `"geglu_approximate"` (GELU's tanh approximation, T5 v1.1's).
             Defaults to `"relu"`.
         layer_norm_epsilon: float, a normal float32 number (at least
             `2**-126`). Defaults to `1e-6`.
@@ -126,6 +136,19 @@ class Transformer(ZooModel):
             logits (Marian's `final_logits_bias`); needs
             `tie_embeddings=True` (an untied projection has its own).
             Defaults to `False`.
+        scale_embeddings: bool, multiply the token embeddings by
+            `sqrt(hidden_dim)` (section 3.4 of the paper); `False` for T5.
+            Defaults to `True`.
+        share_embeddings: bool, one token embedding for the encoder and
+            the decoder. With `tie_embeddings=False` and
+            `share_embeddings=True`, the output projection alone has
+            weights of its own (T5 v1.1). `tie_embeddings=True` shares
+            them all and needs `True`. Defaults to `None`, meaning
+            `tie_embeddings`.
+        logits_scale: positive float, multiplies the decoder's output
+            before the output projection (so the logits, any bias aside):
+            T5's tied projection reads `hidden_dim ** -0.5` times the
+            decoder's output. Defaults to `1.0`.
         **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Example:
@@ -169,6 +192,9 @@ class Transformer(ZooModel):
         use_bias=True,
         attention=None,
         logits_bias=False,
+        scale_embeddings=True,
+        share_embeddings=None,
+        logits_scale=1.0,
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
@@ -189,9 +215,21 @@ class Transformer(ZooModel):
         self.max_sequence_length = check_positive_int(
             max_sequence_length, "max_sequence_length"
         )
-        self.position = check_choice(position, "position", position_schemes.names())
+        self.position = position_schemes.check_position(position)
         self.normalize_first = check_bool(normalize_first, "normalize_first")
         self.tie_embeddings = check_bool(tie_embeddings, "tie_embeddings")
+        self.scale_embeddings = check_bool(scale_embeddings, "scale_embeddings")
+        self.share_embeddings = self.tie_embeddings
+        if share_embeddings is not None:
+            self.share_embeddings = check_bool(share_embeddings, "share_embeddings")
+        if self.tie_embeddings and not self.share_embeddings:
+            raise ValueError(
+                "`tie_embeddings=True` shares one embedding between the encoder, "
+                "the decoder and the output projection; it needs "
+                "`share_embeddings=True` (or `None`). Received: "
+                f"tie_embeddings=True, share_embeddings={share_embeddings}"
+            )
+        self.logits_scale = check_positive_float(logits_scale, "logits_scale")
         self.num_encoder_layers = self.num_layers
         if num_encoder_layers is not None:
             self.num_encoder_layers = check_positive_int(
@@ -213,12 +251,13 @@ class Transformer(ZooModel):
         self._use_position_scheme()
 
         # === Layers ===
-        if self.tie_embeddings:
-            encoder_embedding = self._token_embedding(dtype, "token_embedding")
+        scale = self.scale_embeddings
+        if self.share_embeddings:
+            encoder_embedding = self._token_embedding(dtype, "token_embedding", scale)
             decoder_embedding = encoder_embedding
         else:
-            encoder_embedding = self._token_embedding(dtype, "encoder_embedding")
-            decoder_embedding = self._token_embedding(dtype, "decoder_embedding")
+            encoder_embedding = self._token_embedding(dtype, "encoder_embedding", scale)
+            decoder_embedding = self._token_embedding(dtype, "decoder_embedding", scale)
         final_norms = self.normalize_first
         layers = types.SimpleNamespace(
             encoder_padding_mask_layer=self._padding_mask_layer("encoder_padding_mask"),
@@ -257,6 +296,7 @@ class Transformer(ZooModel):
                 if self.logits_bias
                 else self._vocabulary_logits(decoder_embedding, dtype)
             ),
+            logits_scale=self.logits_scale,
         )
 
         # === Functional Model ===
@@ -290,7 +330,7 @@ class Transformer(ZooModel):
 
     @property
     def token_embedding(self):
-        """The decoder's `TokenAndPositionEmbedding` (with tied embeddings,
+        """The decoder's `TokenAndPositionEmbedding` (with shared embeddings,
         also the encoder's)."""
         return self.decoder_embedding
 
@@ -307,6 +347,9 @@ class Transformer(ZooModel):
                 "num_decoder_layers": self.num_decoder_layers,
                 "pad_id": self.pad_id,
                 "logits_bias": self.logits_bias,
+                "scale_embeddings": self.scale_embeddings,
+                "share_embeddings": self.share_embeddings,
+                "logits_scale": self.logits_scale,
                 **self._transformer_config(),
             }
         )
@@ -408,5 +451,5 @@ class Transformer(ZooModel):
             self_caches.append(self_cache)
         if self.decoder_output_norm is not None:
             x = self.decoder_output_norm(x)
-        logits = self.output_projection(x)
+        logits = _logits(self, x)
         return logits, {**cache, "self_attention": tuple(self_caches)}

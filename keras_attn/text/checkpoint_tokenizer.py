@@ -6,7 +6,10 @@
 gives that interface over `keras_attn.hf.tokenizer.HFTokenizer`, which
 runs the checkpoint's own files (`tokenizer.json` or `tokenizer.model`),
 with the model's ids: its vocabulary (which may have more rows than the
-tokenizer has pieces) and its `pad_id`.
+tokenizer has pieces), its `pad_id` and, for an encoder-decoder whose
+padding is also its decoder's start token (T5), the checkpoint's ids
+shifted by `id_offset` to make room for a padding id of the model's own
+(`keras_attn.hf.t5`).
 """
 
 import numpy as np
@@ -17,6 +20,7 @@ from keras_attn.text.tokenizer import (
     _to_id_tensor,
     tokenize_in_python,
 )
+from keras_attn.validation import check_int
 
 
 class CheckpointTokenizer(SubwordTokenizer):
@@ -31,20 +35,37 @@ class CheckpointTokenizer(SubwordTokenizer):
             tokenizer's).
         pad_id: the model's `pad_id`.
         name: the `tf.Module` name. Defaults to `"checkpoint_tokenizer"`.
+        id_offset: int `>= 0`, the model's id of the checkpoint's id `i`
+            is `i + id_offset`. Defaults to `0`.
+        start_id: the model's id of the decoder's start token. Defaults to
+            `None`, meaning the tokenizer's BOS (plus `id_offset`).
     """
 
-    def __init__(self, tokenizer, vocabulary_size, pad_id, name="checkpoint_tokenizer"):
+    def __init__(
+        self,
+        tokenizer,
+        vocabulary_size,
+        pad_id,
+        name="checkpoint_tokenizer",
+        id_offset=0,
+        start_id=None,
+    ):
         # Not `SubwordTokenizer.__init__`: that one checks a SentencePiece
         # model's fixed special ids; a checkpoint has its own.
         tf.Module.__init__(self, name=name)
-        if tokenizer.vocabulary_size > vocabulary_size:
+        self.id_offset = check_int(id_offset, "id_offset", min_value=0)
+        if tokenizer.vocabulary_size + self.id_offset > vocabulary_size:
             raise ValueError(
                 f"The checkpoint's tokenizer has {tokenizer.vocabulary_size} ids, "
-                f"more than the model's vocabulary_size={vocabulary_size}."
+                f"which from id_offset={self.id_offset} do not fit in the "
+                f"model's vocabulary_size={vocabulary_size}."
             )
         self.tokenizer = tokenizer
         self._vocabulary_size = int(vocabulary_size)
         self._pad_id = int(pad_id)
+        if start_id is None and tokenizer.start_id is not None:
+            start_id = tokenizer.start_id + self.id_offset
+        self._start_id = start_id
 
     @property
     def vocabulary_size(self):
@@ -61,11 +82,13 @@ class CheckpointTokenizer(SubwordTokenizer):
 
     @property
     def start_id(self):
-        return self.tokenizer.start_id
+        return self._start_id
 
     @property
     def end_id(self):
-        return self.tokenizer.end_id
+        if self.tokenizer.end_id is None:
+            return None
+        return self.tokenizer.end_id + self.id_offset
 
     def tokenize(self, strings):
         """Strings to ids, without special tokens (eager only).
@@ -74,7 +97,13 @@ class CheckpointTokenizer(SubwordTokenizer):
             A `tf.RaggedTensor` `(batch, (tokens))` of int32 ids, or a 1-D
             int32 tensor for a single string.
         """
-        return tokenize_in_python(strings, self.tokenizer.tokenize)
+        offset = self.id_offset
+        return tokenize_in_python(
+            strings,
+            lambda texts: [
+                [i + offset for i in row] for row in self.tokenizer.tokenize(texts)
+            ],
+        )
 
     def detokenize(self, ids):
         """Ids back to text, stopping at the first end id; padding, the start
@@ -94,7 +123,13 @@ class CheckpointTokenizer(SubwordTokenizer):
         for row in rows:
             if self.end_id in row:
                 row = row[: row.index(self.end_id)]
-            kept.append([i for i in row if i not in (self.pad_id, self.start_id)])
+            kept.append(
+                [
+                    i - self.id_offset
+                    for i in row
+                    if i not in (self.pad_id, self.start_id)
+                ]
+            )
         return tf.constant(np.array(self.tokenizer.decode(kept), dtype=object))
 
     def save_to_preset(self, directory):
@@ -110,6 +145,7 @@ class CheckpointTokenizer(SubwordTokenizer):
             "pad_id": self.pad_id,
             "start_id": self.start_id,
             "end_id": self.end_id,
+            "id_offset": self.id_offset,
         }
 
     def __repr__(self):

@@ -284,12 +284,22 @@ class Translator:
         >>> translator.translate(["A dog runs."])
         ['Ein Hund rennt.']
         """
-        from keras_attn.hf import files, marian
+        from keras_attn.hf import files
 
         if files.is_hf_checkpoint(preset):  # "hf://owner/name" or its directory
-            return marian.load_translator(
+            # The family of its model_type (Marian, T5) loads it.
+            directory = files.resolve_checkpoint(preset)
+            model_type = files.read_config(directory)["model_type"]
+            family = files.family(model_type)
+            if not hasattr(family, "load_translator"):
+                raise ValueError(
+                    "A Translator loads an encoder-decoder checkpoint (model "
+                    f"types marian, t5). Received: {str(preset)!r} with "
+                    f"model_type={model_type!r}"
+                )
+            return family.load_translator(
                 cls,
-                preset,
+                directory,
                 dtype=dtype,
                 strategy=strategy,
                 beam_size=beam_size,

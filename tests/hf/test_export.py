@@ -109,7 +109,12 @@ def test_preset_export_loads_in_transformers(tmp_path):
     np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=0)
 
     # What Marian cannot express is refused, named.
-    for option, value in (("layer_norm_epsilon", 1e-6), ("normalize_first", True)):
+    for option, value in (
+        ("layer_norm_epsilon", 1e-6),
+        ("normalize_first", True),
+        ("scale_embeddings", False),
+        ("logits_scale", 0.5),
+    ):
         other = Transformer(
             vocabulary_size=20,
             num_layers=1,

@@ -150,3 +150,23 @@ def test_text_generator_from_checkpoint_equals_transformers(hf_causal_lms, tmp_p
     )
     reloaded = transformers.AutoTokenizer.from_pretrained(exported)
     assert reloaded(prompts)["input_ids"] == hf_tokenizer(prompts)["input_ids"]
+
+
+def test_attention_a_llama_lacks_is_not_exported(tmp_path):
+    model = TransformerLM(
+        **{
+            **llama.model_arguments(
+                {
+                    "model_type": "llama",
+                    "vocab_size": 20,
+                    "hidden_size": 8,
+                    "num_hidden_layers": 1,
+                    "num_attention_heads": 2,
+                    "intermediate_size": 16,
+                }
+            ),
+            "attention": {"scale": 1.0},  # T5's unscaled scores
+        }
+    )
+    with pytest.raises(ValueError, match=r"attention\.scale=None"):
+        keras_attn.hf.export_to_transformers(model, None, tmp_path)

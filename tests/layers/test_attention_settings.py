@@ -76,6 +76,42 @@ def test_window_and_cap_round_trip_and_reach_the_layer():
     assert AttentionSettings.from_config(config) == AttentionSettings()
 
 
+@pytest.mark.parametrize("flash_attention", [False, None])
+def test_scale_multiplies_the_scores_of_every_attention(flash_attention):
+    """`scale=1.0` (T5's unscaled scores) equals the default scale with the
+    query weights multiplied by `sqrt(head_dim)`; it round-trips and the
+    cross-attention keeps it."""
+    settings = AttentionSettings(scale=1, flash_attention=flash_attention)
+    assert type(settings.scale) is float
+    assert settings.for_cross_attention().scale == 1.0
+    config = json.loads(json.dumps(settings.get_config()))
+    assert AttentionSettings.from_config(config) == settings
+    del config["scale"]  # a config saved before the setting
+    assert AttentionSettings.from_config(config).scale is None
+
+    query, value = normal(2, 5, DIM), normal(2, 7, DIM, seed=1)
+    unscaled = MultiHeadAttention(
+        HEADS, 4, bias_initializer="random_normal", **settings.layer_arguments()
+    )
+    default = MultiHeadAttention(HEADS, 4, flash_attention=flash_attention)
+    outputs = unscaled(query, value)
+    default(query, value)
+    weights = unscaled.get_weights()
+    # The query kernel and bias, times sqrt(head_dim) = 2.
+    weights[0], weights[1] = weights[0] * 2.0, weights[1] * 2.0
+    default.set_weights(weights)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(outputs),
+        keras.ops.convert_to_numpy(default(query, value)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    assert unscaled.get_config()["scale"] == 1.0 and "scale" not in (
+        default.get_config()
+    )
+    assert MultiHeadAttention.from_config(unscaled.get_config()).scale == 1.0
+
+
 def test_layer_arguments_are_multi_head_attentions():
     layer = MultiHeadAttention(num_heads=HEADS, key_dim=4, **SETTINGS.layer_arguments())
     config = layer.get_config()
@@ -131,6 +167,10 @@ def test_key_value_heads_is_one_rule():
             ValueError,
             "logit_soft_cap=30.0, flash_attention=True",
         ),
+        (dict(scale=0.0), ValueError, "scale=0.0"),
+        (dict(scale=-1.0), ValueError, "scale=-1.0"),
+        (dict(scale=float("nan")), ValueError, "scale=nan"),
+        (dict(scale="1"), TypeError, "scale='1'"),
     ],
 )
 def test_refusal_table(arguments, error, match):

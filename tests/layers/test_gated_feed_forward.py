@@ -1,8 +1,10 @@
-"""`FeedForward` with gated activations (GEGLU, SwiGLU, ReGLU) against NumPy.
+"""`FeedForward` with gated activations (GEGLU, SwiGLU, ReGLU and GEGLU with
+GELU's tanh approximation) against NumPy.
 
 `FFN(x) = (act(x W_gate + b_gate) * (x W_1 + b_1)) W_2 + b_2` (Shazeer,
 "GLU Variants Improve Transformer", 2020), `act` GELU (exact, erf-based:
-`keras.activations.gelu`'s default), SiLU or ReLU.
+`keras.activations.gelu`'s default), SiLU, ReLU or GELU's tanh
+approximation (T5 v1.1's `gelu_new`).
 """
 
 import json
@@ -19,15 +21,17 @@ from keras_attn.layers.blocks.feed_forward import GATED_ACTIVATIONS
 
 _erf = np.vectorize(math.erf)
 
+
+def tanh_gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
 NUMPY_GATES = {
     "geglu": lambda x: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),
     "swiglu": lambda x: x / (1.0 + np.exp(-x)),
     "reglu": lambda x: np.maximum(x, 0.0),
+    "geglu_approximate": tanh_gelu,
 }
-
-
-def tanh_gelu(x):
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
 def inputs(shape=(2, 5, 8), seed=0):
@@ -54,7 +58,7 @@ def numpy_gated_ffn(x, weights, gate):
 
 
 def test_the_names():
-    assert GATED_ACTIVATIONS == ("geglu", "swiglu", "reglu")
+    assert GATED_ACTIVATIONS == ("geglu", "swiglu", "reglu", "geglu_approximate")
     assert set(NUMPY_GATES) == set(GATED_ACTIVATIONS)
 
 

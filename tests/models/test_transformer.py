@@ -16,6 +16,24 @@ SOURCE = np.array([[5, 7, 3, 9, 4, 0], [6, 3, 8, 0, 0, 0]], "int32")
 TARGET = np.array([[1, 7, 7, 4, 5], [1, 9, 3, 6, 0]], "int32")
 
 
+# T5's options (`keras_attn.hf.t5`): pre-norm RMS blocks without biases,
+# relative positions of its own sizes, unscaled embeddings and scores, a
+# gated tanh-GELU network, one shared embedding and an untied projection
+# that reads a scaled decoder output.
+T5_OPTIONS = dict(
+    normalize_first=True,
+    normalization="rms",
+    use_bias=False,
+    position={"name": "relative", "num_buckets": 8, "max_distance": 20},
+    scale_embeddings=False,
+    attention={"scale": 1.0},
+    activation="geglu_approximate",
+    tie_embeddings=False,
+    share_embeddings=True,
+    logits_scale=0.5,
+)
+
+
 def tiny(**overrides):
     return Transformer.from_preset(
         "transformer_tiny", vocabulary_size=VOCAB, **(dict(dropout=0.0) | overrides)
@@ -102,6 +120,7 @@ def test_padding_content_does_not_leak_through_encoder_blocks():
     [
         dict(),
         dict(normalize_first=True, position="learned", tie_embeddings=False),
+        T5_OPTIONS,
     ],
 )
 def test_cached_decoding_equals_teacher_forcing(overrides):
@@ -251,6 +270,46 @@ def test_keras_file_round_trip(tmp_path):
     np.testing.assert_allclose(
         encode(loaded, SOURCE)[0], encode(model, SOURCE)[0], atol=1e-6
     )
+
+
+def test_t5_options_round_trip_and_do_what_they_say(tmp_path):
+    model = tiny(**T5_OPTIONS)
+    path = str(tmp_path / "t5_options.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    config = loaded.get_config()
+    for name, value in T5_OPTIONS.items():
+        if name == "attention":
+            value = {**config[name], **value}
+        assert config[name] == value, name
+    np.testing.assert_allclose(
+        logits_of(loaded, SOURCE, TARGET), logits_of(model, SOURCE, TARGET), atol=1e-6
+    )
+    # One embedding for both stacks, and a projection of its own.
+    paths = [weight.path for weight in model.weights]
+    assert "token_embedding/token_embedding/embeddings" in paths
+    assert "logits/kernel" in paths and not any("coder_embedding" in p for p in paths)
+    assert model.encoder_embedding is model.decoder_embedding
+    table = ops.convert_to_numpy(model.token_embedding.token_embedding.embeddings)
+    embedded = ops.convert_to_numpy(model.token_embedding(SOURCE))
+    np.testing.assert_allclose(embedded, table[SOURCE], atol=1e-6)  # unscaled
+    # The projection reads `logits_scale` times the decoder's output.
+    unscaled = tiny(**{**T5_OPTIONS, "logits_scale": 1.0})
+    unscaled.set_weights(model.get_weights())
+    bias = ops.convert_to_numpy(model.output_projection.bias)
+    np.testing.assert_allclose(
+        logits_of(model, SOURCE, TARGET) - bias,
+        0.5 * (logits_of(unscaled, SOURCE, TARGET) - bias),
+        atol=1e-5,
+    )
+
+
+def test_tied_embeddings_are_shared():
+    assert tiny().share_embeddings and not tiny(tie_embeddings=False).share_embeddings
+    with pytest.raises(ValueError, match="tie_embeddings=True, share_embeddings=False"):
+        tiny(share_embeddings=False)
+    with pytest.raises(ValueError, match="logits_scale=0.0"):
+        tiny(logits_scale=0.0)
 
 
 SAVE_ON_OTHER_BACKEND = """

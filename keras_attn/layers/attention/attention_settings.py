@@ -56,6 +56,24 @@ def check_logit_soft_cap(logit_soft_cap, flash_attention=None):
     return logit_soft_cap
 
 
+def check_scale(scale):
+    """`scale` checked: `None`, or a finite float `> 0`.
+
+    The one check of the setting, for `AttentionSettings` and
+    `MultiHeadAttention` alike.
+
+    Returns:
+        `None`, or the scale as a `float`.
+    """
+    return check_float(
+        scale,
+        "scale",
+        min_value=0.0,
+        include_min=False,
+        allow_none=True,
+    )
+
+
 def _setting(default, check=None):
     """A field of `AttentionSettings`; `check(value)` returns it canonical."""
     return dataclasses.field(default=default, metadata={"check": check})
@@ -152,6 +170,7 @@ class AttentionSettings:
     sliding_window: int | None = _setting(None, check_sliding_window)
     # Checked with `flash_attention` (`__post_init__`).
     logit_soft_cap: float | None = _setting(None)
+    scale: float | None = _setting(None, check_scale)
 
     _ROTATION = ("rotary_max_wavelength", "rotary_scaling_factor", "rotary_dim")
 

@@ -34,7 +34,10 @@ from keras_attn.layers.attention.attention_core import (
     compute_attention,
 )
 from keras_attn.layers.attention.attention_projection import AttentionProjection
-from keras_attn.layers.attention.attention_settings import check_logit_soft_cap
+from keras_attn.layers.attention.attention_settings import (
+    check_logit_soft_cap,
+    check_scale,
+)
 from keras_attn.layers.attention.grouped_heads import repeat_key_value_heads
 from keras_attn.layers.attention.masking import (
     as_bool_mask,
@@ -165,6 +168,11 @@ class MultiHeadAttention(keras.layers.Layer):
             `keras_attn.layers.attention.attention_settings.check_logit_soft_cap`).
             Capped attention runs the explicit path: refused with
             `flash_attention=True`. Defaults to `None` (no cap).
+        scale: positive float, the factor of the scores `Q K^T` (checked by
+            `keras_attn.layers.attention.attention_settings.check_scale`):
+            `1.0` for T5, which leaves its scores unscaled (its
+            initialization scales the query weights instead). Defaults to
+            `None`, meaning `1 / sqrt(key_dim)` (equation (1) of the paper).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -240,6 +248,7 @@ class MultiHeadAttention(keras.layers.Layer):
         rotary_scaling_factor=1.0,
         rotary_dim=None,
         logit_soft_cap=None,
+        scale=None,
         **kwargs,
     ):
         num_heads = check_head_dim(num_heads, "num_heads")
@@ -285,7 +294,12 @@ class MultiHeadAttention(keras.layers.Layer):
         self._kernel_constraint = keras.constraints.get(kernel_constraint)
         self._bias_constraint = keras.constraints.get(bias_constraint)
         self.seed = check_seed(seed, "seed")
-        self._inverse_sqrt_key_dim = 1.0 / math.sqrt(float(self._key_dim))
+        self._scale = check_scale(scale)
+        # Keras's name for the scale of the scores, which overrides of
+        # `_compute_attention` written for Keras's layer read.
+        self._inverse_sqrt_key_dim = (
+            1.0 / math.sqrt(float(self._key_dim)) if scale is None else self._scale
+        )
         # Keras's layer has no seed generator without dropout: no state to
         # carry (or to trace through `jit`) that nothing reads.
         self.seed_generator = (
@@ -348,6 +362,11 @@ class MultiHeadAttention(keras.layers.Layer):
     def logit_soft_cap(self):
         """The soft cap of the attention logits, or `None`."""
         return self._logit_soft_cap
+
+    @property
+    def scale(self):
+        """The factor of the scores `Q K^T`; `None` for `1 / sqrt(key_dim)`."""
+        return self._scale
 
     # The sub-layers are held as `_query_dense` etc. (Keras's names, which
     # code written for Keras's layer reaches for) and saved under these
@@ -425,6 +444,7 @@ class MultiHeadAttention(keras.layers.Layer):
             "rotary_scaling_factor": (self._rotary_arguments[1], 1.0),
             "rotary_dim": (self._rotary_arguments[2], None),
             "logit_soft_cap": (self._logit_soft_cap, None),
+            "scale": (self._scale, None),
         }
         config.update(
             {

@@ -9,10 +9,26 @@ from keras_attn.layers.blocks.position_wise_dense import PositionwiseDense
 from keras_attn.layers.fast_dropout import FastDropout
 from keras_attn.validation import check_bool, check_positive_int, check_rate
 
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+def gelu_approximate(x):
+    """GELU's tanh approximation, `keras.activations.gelu(x, approximate=True)`.
+
+    The gate of `"geglu_approximate"`: T5 v1.1's and Gemma's GELU
+    (`transformers`' `"gelu_new"` and `"gelu_pytorch_tanh"`).
+    """
+    return keras.activations.gelu(x, approximate=True)
+
+
 # The gated activations `FeedForward` takes by name, and the activation each
 # applies to its gate (Shazeer, "GLU Variants Improve Transformer", 2020).
-GATED_ACTIVATIONS = ("geglu", "swiglu", "reglu")
-_GATE_ACTIVATIONS = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
+GATED_ACTIVATIONS = ("geglu", "swiglu", "reglu", "geglu_approximate")
+_GATE_ACTIVATIONS = {
+    "geglu": "gelu",
+    "swiglu": "silu",
+    "reglu": "relu",
+    "geglu_approximate": gelu_approximate,
+}
 
 
 def is_gated(activation):
@@ -67,10 +83,12 @@ def serialize_activation(activation):
 class FeedForward(keras.layers.Layer):
     """`FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`, applied at every position.
 
-    With a gated activation (`"geglu"`, `"swiglu"` or `"reglu"`) the inner
-    layer is a gated linear unit, `FFN(x) = (act(x W_gate) * (x W_1)) W_2`
-    (biases added when `use_bias`), `act` being GELU (Keras's exact one,
-    `keras.activations.gelu`), SiLU (Swish) or ReLU: a third sub-layer
+    With a gated activation (`"geglu"`, `"swiglu"`, `"reglu"` or
+    `"geglu_approximate"`) the inner layer is a gated linear unit,
+    `FFN(x) = (act(x W_gate) * (x W_1)) W_2` (biases added when
+    `use_bias`), `act` being GELU (Keras's exact one,
+    `keras.activations.gelu`), SiLU (Swish), ReLU or GELU's tanh
+    approximation (`gelu_approximate`, T5 v1.1's): a third sub-layer
     `gate_dense` (`W_gate`) carries the activation and `intermediate_dense`
     (`W_1`) is linear, the names and roles of keras-hub's gated
     feed-forward (and of Hugging Face's `gate_proj` and `up_proj`).
