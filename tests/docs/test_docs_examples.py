@@ -123,10 +123,43 @@ def _page_id(page):
     return str(page.relative_to(DOCS_DIR))
 
 
+# When `scripts/test.sh` runs the backends side by side, each page and
+# module of examples runs on one of them (`split_backend`), in turn, torch
+# (the lightest suite) every other time: a page checks that its examples
+# run as written, and what each backend does differently is the unit
+# tests' to check, on all three. A page with `exec-if` blocks shows
+# backends apart and runs on every backend. A one-backend run runs all.
+_TURNS = ("torch", "jax", "torch", "tensorflow")
+
+
+def _shared_out(values, ids, backend_specific=()):
+    return [
+        pytest.param(
+            value,
+            id=ids(value),
+            marks=()
+            if value in backend_specific
+            else pytest.mark.split_backend(_TURNS[i % len(_TURNS)]),
+        )
+        for i, value in enumerate(values)
+    ]
+
+
+def _shows_backends_apart(page):
+    return any(block.marker == "exec-if" for block in code_blocks(page))
+
+
 # === Markdown pages ===
 
 
-@pytest.mark.parametrize("page", doc_pages(), ids=_page_id)
+@pytest.mark.parametrize(
+    "page",
+    _shared_out(
+        doc_pages(),
+        _page_id,
+        [page for page in doc_pages() if _shows_backends_apart(page)],
+    ),
+)
 def test_page_python_blocks_run(
     page, monkeypatch, tmp_path, no_collection_per_deleted_variable
 ):
@@ -205,7 +238,9 @@ _DOCTEST_NEEDS = {
 }
 
 
-@pytest.mark.parametrize("module_name", _doctest_modules())
+@pytest.mark.parametrize(
+    "module_name", _shared_out(_doctest_modules(), str, _DOCTEST_NEEDS)
+)
 def test_docstring_examples(module_name):
     backends, reason = _DOCTEST_NEEDS.get(module_name, ((BACKEND,), ""))
     if BACKEND not in backends:
@@ -270,6 +305,7 @@ def test_reliability_page_cites_existing_tests():
 # === The site ===
 
 
+@pytest.mark.split_backend("torch")
 def test_mkdocs_build_strict(tmp_path):
     for module in ("mkdocs", "material", "mkdocstrings_handlers.python"):
         pytest.importorskip(module, reason="the docs extra is not installed")

@@ -20,8 +20,8 @@ import pytest
 import keras_attn
 
 # Backend-independent recipe code: shared out when backends run side by
-# side (tests/conftest.py).
-pytestmark = pytest.mark.split_backend("tensorflow")
+# side (tests/conftest.py), to the lightest suite.
+pytestmark = pytest.mark.split_backend("torch")
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "translate_multi30k.py"
 EPOCHS = 3
