@@ -46,10 +46,16 @@ library exactly as `transformers.BertTokenizer` builds it.
 import json
 from pathlib import Path
 
-import keras
 import numpy as np
 
-from keras_attn.hf.files import take
+from keras_attn.hf.files import (
+    assign_weights,
+    check_all_used,
+    check_overrides,
+    refuse_config_field,
+    take,
+    with_flash_attention,
+)
 from keras_attn.hf.tokenizer import HFTokenizer, _token_text
 from keras_attn.models.transformer_encoder_classifier import (
     TransformerEncoderClassifier,
@@ -93,11 +99,7 @@ _POOLER = "pooled_dense/"
 
 
 def _refuse(field, value, why):
-    raise ValueError(
-        f"This BERT checkpoint cannot be loaded exactly: config field "
-        f"{field}={value!r} {why}. keras-attn loads a checkpoint exactly or "
-        "not at all."
-    )
+    refuse_config_field("BERT", field, value, why)
 
 
 def _field(config, name):
@@ -332,23 +334,11 @@ def load_model(directory, config, weights, **overrides):
         `{"token_ids": ..., "segment_ids": ...}`.
     """
     source = f"the checkpoint {str(directory)!r}"
-    unknown = sorted(set(overrides) - set(_OVERRIDES))
-    if unknown:
-        raise ValueError(
-            "A BERT checkpoint's architecture comes from its config.json; only "
-            f"{', '.join(f'`{name}`' for name in _OVERRIDES)} may be given. "
-            f"Received: {', '.join(f'{k}={overrides[k]!r}' for k in unknown)}"
-        )
+    check_overrides("BERT", overrides, _OVERRIDES)
     num_classes, with_head = _num_classes(config, weights, overrides, source)
     overrides = {k: v for k, v in overrides.items() if k != "num_classes"}
     arguments = model_arguments(config, num_classes)
-    if "flash_attention" in overrides:
-        arguments["attention"] = {
-            **arguments["attention"],
-            "flash_attention": overrides.pop("flash_attention"),
-        }
-    arguments.update(overrides)
-    model = TransformerEncoderClassifier(**arguments)
+    model = TransformerEncoderClassifier(**with_flash_attention(arguments, overrides))
     if weights is None:
         return model
     prefix = _prefix(weights)
@@ -361,31 +351,14 @@ def load_model(directory, config, weights, **overrides):
 
     ours = _to_ours(get, arguments, prefix, with_head, with_pooler)
     used |= _check_position_ids(weights, prefix, source)
-    unused = sorted(
+    unused = {
         name
         for name in set(weights) - used
         if with_head or not name.startswith(_PRETRAINING_HEADS)
-    )
-    if unused:
-        shown = ", ".join(unused[:5]) + (", ..." if len(unused) > 5 else "")
-        raise ValueError(
-            f"{source} holds tensors that a BERT config does not account for "
-            f"({shown}): it is not the architecture its config.json declares."
-        )
-    fresh = (_HEAD,) if with_pooler else (_HEAD, _POOLER)
-    for variable in model.weights:
-        if variable.path in ours:
-            variable.assign(keras.ops.cast(ours.pop(variable.path), variable.dtype))
-        elif with_head or not variable.path.startswith(fresh):
-            raise ValueError(
-                f"keras-attn's BERT mapping has no value for the weight "
-                f"{variable.path!r}."
-            )
-    if ours:
-        raise ValueError(
-            f"keras-attn's BERT mapping made weights the model does not have: "
-            f"{sorted(ours)[:5]}."
-        )
+    }
+    check_all_used(unused, "BERT", source)
+    fresh = () if with_head else (_HEAD,) if with_pooler else (_HEAD, _POOLER)
+    assign_weights(model, ours, "BERT", left_fresh=fresh)
     return model
 
 

@@ -23,6 +23,7 @@ import os
 import re
 from pathlib import Path
 
+import keras
 import numpy as np
 
 from keras_attn.file_safety import read_json
@@ -344,6 +345,83 @@ def take(weights, name, shape, source="the checkpoint"):
             f"the config requires {tuple(shape)}."
         )
     return array
+
+
+def refuse_config_field(family_name, field, value, why):
+    """Raises: the config `field=value` of a `family_name` checkpoint maps
+    to nothing keras-attn supports (`why` says what would be needed)."""
+    raise ValueError(
+        f"This {family_name} checkpoint cannot be loaded exactly: config field "
+        f"{field}={value!r} {why}. keras-attn loads a checkpoint exactly or "
+        "not at all."
+    )
+
+
+def check_overrides(family_name, overrides, allowed):
+    """Refuses `from_preset` arguments other than `allowed` (names)."""
+    unknown = sorted(set(overrides) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"A {family_name} checkpoint's architecture comes from its "
+            f"config.json; only {', '.join(f'`{name}`' for name in allowed)} "
+            "may be given. Received: "
+            f"{', '.join(f'{k}={overrides[k]!r}' for k in unknown)}"
+        )
+
+
+def with_flash_attention(arguments, overrides):
+    """`arguments` (a model's) updated with `overrides`; `flash_attention`
+    goes into the `attention` settings."""
+    overrides = dict(overrides)
+    if "flash_attention" in overrides:
+        arguments["attention"] = {
+            **arguments["attention"],
+            "flash_attention": overrides.pop("flash_attention"),
+        }
+    arguments.update(overrides)
+    return arguments
+
+
+def check_all_used(unused, family_name, source):
+    """Refuses checkpoint tensors (`unused` names) no mapping reads: the
+    checkpoint is another architecture than its config declares."""
+    unused = sorted(unused)
+    if unused:
+        shown = ", ".join(unused[:5]) + (", ..." if len(unused) > 5 else "")
+        raise ValueError(
+            f"{source} holds tensors that a {family_name} config does not "
+            f"account for ({shown}): it is not the architecture its "
+            "config.json declares."
+        )
+
+
+def assign_weights(model, ours, family_name, left_fresh=()):
+    """Assigns `ours` (weight path -> array) to `model`'s weights.
+
+    Args:
+        model: the model built from the mapped config.
+        ours: dict of weight path -> NumPy array (emptied).
+        family_name: the family, for messages.
+        left_fresh: path prefixes of weights that keep their initial
+            values (a new classification head). Defaults to `()`.
+
+    Raises:
+        ValueError: a weight with no value (outside `left_fresh`), or a
+            value for no weight: a mapping that does not fit the model.
+    """
+    for variable in model.weights:
+        if variable.path in ours:
+            variable.assign(keras.ops.cast(ours.pop(variable.path), variable.dtype))
+        elif not (left_fresh and variable.path.startswith(tuple(left_fresh))):
+            raise ValueError(
+                f"keras-attn's {family_name} mapping has no value for the weight "
+                f"{variable.path!r}."
+            )
+    if ours:
+        raise ValueError(
+            f"keras-attn's {family_name} mapping made weights the model does "
+            f"not have: {sorted(ours)[:5]}."
+        )
 
 
 def register_family(model_type, module):

@@ -34,7 +34,13 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_attn.hf.files import take
+from keras_attn.hf.files import (
+    assign_weights,
+    check_all_used,
+    refuse_config_field,
+    take,
+    with_flash_attention,
+)
 from keras_attn.models.transformer_lm import TransformerLM
 
 MODEL_CLASS = TransformerLM
@@ -50,14 +56,6 @@ _ROPE_TYPES = ("default", "linear")
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def _refuse(model_type, field, value, why):
-    raise ValueError(
-        f"This {model_type} checkpoint cannot be loaded exactly: config field "
-        f"{field}={value!r} {why}. keras-attn loads a checkpoint exactly or "
-        "not at all."
-    )
-
-
 def _rotation(config):
     """`(max_wavelength, scaling_factor)` of the rotary positions."""
     model_type = config["model_type"]
@@ -70,10 +68,12 @@ def _rotation(config):
     elif scaling and scaling != parameters:
         parameters = {**parameters, **scaling}
     if not isinstance(parameters, dict):
-        _refuse(model_type, "rope_parameters", parameters, "is not an object")
+        refuse_config_field(
+            model_type, "rope_parameters", parameters, "is not an object"
+        )
     rope_type = parameters.get("rope_type", parameters.get("type", "default"))
     if rope_type not in _ROPE_TYPES:
-        _refuse(
+        refuse_config_field(
             model_type,
             "rope_scaling.rope_type",
             rope_type,
@@ -93,15 +93,19 @@ def model_arguments(config):
     """
     model_type = config["model_type"]
     if model_type not in MODEL_TYPES:
-        _refuse(model_type, "model_type", model_type, f"is not one of {MODEL_TYPES}")
+        refuse_config_field(
+            model_type, "model_type", model_type, f"is not one of {MODEL_TYPES}"
+        )
     hidden_act = config.get("hidden_act", "silu")
     if hidden_act != "silu":
-        _refuse(model_type, "hidden_act", hidden_act, "is not 'silu' (SwiGLU)")
+        refuse_config_field(
+            model_type, "hidden_act", hidden_act, "is not 'silu' (SwiGLU)"
+        )
     hidden_dim = int(config["hidden_size"])
     num_heads = int(config["num_attention_heads"])
     head_dim = config.get("head_dim")
     if head_dim is not None and head_dim * num_heads != hidden_dim:
-        _refuse(
+        refuse_config_field(
             model_type,
             "head_dim",
             head_dim,
@@ -157,7 +161,7 @@ def _sliding_window(config):
         return None
     layer_types = config.get("layer_types")
     if layer_types and len(set(layer_types)) > 1:
-        _refuse(
+        refuse_config_field(
             model_type,
             "layer_types",
             layer_types,
@@ -166,7 +170,7 @@ def _sliding_window(config):
     if model_type == "qwen2":
         layers = int(config["num_hidden_layers"])
         if int(config.get("max_window_layers", layers)) < layers:
-            _refuse(
+            refuse_config_field(
                 model_type,
                 "max_window_layers",
                 config.get("max_window_layers"),
@@ -269,19 +273,6 @@ def _weight_map(arguments, weights, source):
     return mapped
 
 
-def _check_all_used(weights, known, source):
-    """Refuses tensors the config does not account for (another architecture)."""
-    unused = sorted(
-        name for name in set(weights) - known if not name.endswith(_IGNORED_SUFFIXES)
-    )
-    if unused:
-        shown = ", ".join(unused[:5]) + (", ..." if len(unused) > 5 else "")
-        raise ValueError(
-            f"{source} holds tensors that the config does not account for "
-            f"({shown}): it is not the architecture its config.json declares."
-        )
-
-
 def load_model(directory, config, weights, **overrides):
     """A `TransformerLM` holding the checkpoint's weights.
 
@@ -297,25 +288,17 @@ def load_model(directory, config, weights, **overrides):
     """
     source = f"the checkpoint {str(directory)!r}"
     arguments = model_arguments(config)
-    if "flash_attention" in overrides:
-        flash_attention = overrides.pop("flash_attention")
-        arguments["attention"] = {
-            **arguments["attention"],
-            "flash_attention": flash_attention,
-        }
-    arguments.update(overrides)
-    model = TransformerLM(**arguments)
+    model = TransformerLM(**with_flash_attention(arguments, overrides))
     if weights is None:
         return model
     mapped = _weight_map(arguments, weights, source)
-    _check_all_used(weights, _hf_names(arguments), source)
-    for variable in model.weights:
-        if variable.path not in mapped:
-            raise ValueError(
-                f"keras-attn's mapping of {config['model_type']} has no value for "
-                f"the weight {variable.path!r}."
-            )
-        variable.assign(keras.ops.cast(mapped[variable.path], variable.dtype))
+    unused = {
+        name
+        for name in set(weights) - _hf_names(arguments)
+        if not name.endswith(_IGNORED_SUFFIXES)
+    }
+    check_all_used(unused, config["model_type"], source)
+    assign_weights(model, mapped, config["model_type"])
     return model
 
 

@@ -45,11 +45,20 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_attn.hf.files import take
+from keras_attn.hf.files import (
+    assign_weights,
+    check_all_used,
+    check_overrides,
+    refuse_config_field,
+    take,
+    with_flash_attention,
+)
 from keras_attn.models.transformer import Transformer
 
 MODEL_CLASS = Transformer
 MODEL_TYPES = ("marian",)
+# `from_preset` arguments that do not change what the checkpoint computes.
+_OVERRIDES = ("dtype", "name", "flash_attention")
 # `export` writes the tokenizer itself: the exported ids depend on it.
 EXPORT_WITH_TOKENIZER = True
 # Marian's `nn.LayerNorm`s use torch's default epsilon.
@@ -88,11 +97,7 @@ _ACTIVATION_NAMES = {"relu": "relu", "gelu": "gelu", "silu": "swish", "swish": "
 
 
 def _refuse(field, value, why):
-    raise ValueError(
-        f"This Marian checkpoint cannot be loaded exactly: config field "
-        f"{field}={value!r} {why}. keras-attn loads a checkpoint exactly or "
-        "not at all."
-    )
+    refuse_config_field("Marian", field, value, why)
 
 
 def _field(config, name):
@@ -345,20 +350,8 @@ def load_model(directory, config, weights, **overrides):
     """
     source = f"the checkpoint {str(directory)!r}"
     arguments = model_arguments(config)
-    unknown = sorted(set(overrides) - {"dtype", "name", "flash_attention"})
-    if unknown:
-        raise ValueError(
-            "A Marian checkpoint's architecture comes from its config.json; "
-            "only `dtype`, `name` and `flash_attention` may be given. "
-            f"Received: {', '.join(f'{k}={overrides[k]!r}' for k in unknown)}"
-        )
-    if "flash_attention" in overrides:
-        arguments["attention"] = {
-            **arguments["attention"],
-            "flash_attention": overrides.pop("flash_attention"),
-        }
-    arguments.update(overrides)
-    model = Transformer(**arguments)
+    check_overrides("Marian", overrides, _OVERRIDES)
+    model = Transformer(**with_flash_attention(arguments, overrides))
     if weights is None:
         return model
     used = set()
@@ -369,25 +362,8 @@ def load_model(directory, config, weights, **overrides):
 
     ours = _to_ours(get, arguments)
     used |= _check_copies(weights, arguments, source)
-    unused = sorted(set(weights) - used)
-    if unused:
-        shown = ", ".join(unused[:5]) + (", ..." if len(unused) > 5 else "")
-        raise ValueError(
-            f"{source} holds tensors that a Marian config does not account "
-            f"for ({shown}): it is not the architecture its config.json declares."
-        )
-    for variable in model.weights:
-        if variable.path not in ours:
-            raise ValueError(
-                f"keras-attn's Marian mapping has no value for the weight "
-                f"{variable.path!r}."
-            )
-        variable.assign(ours.pop(variable.path).astype(variable.dtype))
-    if ours:
-        raise ValueError(
-            f"keras-attn's Marian mapping made weights the model does not "
-            f"have: {sorted(ours)[:5]}."
-        )
+    check_all_used(set(weights) - used, "Marian", source)
+    assign_weights(model, ours, "Marian")
     return model
 
 

@@ -48,7 +48,14 @@ at all. Export back to `transformers` is not provided for T5.
 
 import numpy as np
 
-from keras_attn.hf.files import take
+from keras_attn.hf.files import (
+    assign_weights,
+    check_all_used,
+    check_overrides,
+    refuse_config_field,
+    take,
+    with_flash_attention,
+)
 from keras_attn.hf.marian import PADDING_LOGIT
 from keras_attn.layers.blocks.feed_forward import is_gated
 from keras_attn.layers.positions.relative_position_bias import check_bucket_arguments
@@ -56,6 +63,8 @@ from keras_attn.models.transformer import Transformer
 
 MODEL_CLASS = Transformer
 MODEL_TYPES = ("t5",)
+# `from_preset` arguments that do not change what the checkpoint computes.
+_OVERRIDES = ("dtype", "name", "flash_attention")
 # Our ids are T5's plus this; 0 is padding.
 ID_OFFSET = 1
 # `transformers.T5Config`'s defaults, for fields a config.json leaves out.
@@ -92,11 +101,7 @@ _EMBEDDING_COPIES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight
 
 
 def _refuse(field, value, why):
-    raise ValueError(
-        f"This T5 checkpoint cannot be loaded exactly: config field "
-        f"{field}={value!r} {why}. keras-attn loads a checkpoint exactly or "
-        "not at all."
-    )
+    refuse_config_field("T5", field, value, why)
 
 
 def _field(config, name):
@@ -354,21 +359,9 @@ def load_model(directory, config, weights, **overrides):
         T5's (see the module docstring).
     """
     source = f"the checkpoint {str(directory)!r}"
-    unknown = sorted(set(overrides) - {"dtype", "name", "flash_attention"})
-    if unknown:
-        raise ValueError(
-            "A T5 checkpoint's architecture comes from its config.json; "
-            "only `dtype`, `name` and `flash_attention` may be given. "
-            f"Received: {', '.join(f'{k}={overrides[k]!r}' for k in unknown)}"
-        )
+    check_overrides("T5", overrides, _OVERRIDES)
     arguments = model_arguments(config, _ties_lm_head(config, weights))
-    if "flash_attention" in overrides:
-        arguments["attention"] = {
-            **arguments["attention"],
-            "flash_attention": overrides.pop("flash_attention"),
-        }
-    arguments.update(overrides)
-    model = Transformer(**arguments)
+    model = Transformer(**with_flash_attention(arguments, overrides))
     if weights is None:
         return model
     used = {"lm_head.weight"} if "lm_head.weight" in weights else set()
@@ -379,25 +372,8 @@ def load_model(directory, config, weights, **overrides):
 
     ours = _to_ours(get, arguments)
     used |= _check_copies(weights, source)
-    unused = sorted(set(weights) - used)
-    if unused:
-        shown = ", ".join(unused[:5]) + (", ..." if len(unused) > 5 else "")
-        raise ValueError(
-            f"{source} holds tensors that a T5 config does not account for "
-            f"({shown}): it is not the architecture its config.json declares."
-        )
-    for variable in model.weights:
-        if variable.path not in ours:
-            raise ValueError(
-                f"keras-attn's T5 mapping has no value for the weight "
-                f"{variable.path!r}."
-            )
-        variable.assign(ours.pop(variable.path).astype(variable.dtype))
-    if ours:
-        raise ValueError(
-            f"keras-attn's T5 mapping made weights the model does not "
-            f"have: {sorted(ours)[:5]}."
-        )
+    check_all_used(set(weights) - used, "T5", source)
+    assign_weights(model, ours, "T5")
     return model
 
 
