@@ -24,6 +24,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import marian_checkpoint  # noqa: E402 (tests/hf, beside this file)
+
 from keras_attn.generation import greedy_search  # noqa: E402
 from keras_attn.hf import files, t5  # noqa: E402
 from keras_attn.models import Transformer  # noqa: E402
@@ -53,13 +55,8 @@ VERSIONS = {
 SOURCE = np.array([[5, 17, 33, 8, 1, 0, 0, 0, 0], [9, 4, 88, 23, 64, 2, 41, 57, 1]])
 SOURCE_MASK = (np.arange(9)[None] < np.array([[5], [9]])).astype("int64")
 DECODER = np.array([[0, 5, 7, 9, 11, 3], [0, 4, 4, 8, 2, 6]])
-ENGLISH = [
-    "A dog runs in the park.",
-    "The cat sleeps on the warm sofa.",
-    "Two men play football on the green field.",
-    "A woman reads a book under a tree.",
-    "Children are swimming in the lake.",
-]
+# The Marian tests' sentences (the first five).
+ENGLISH = marian_checkpoint.ENGLISH[:5]
 PREFIX = "translate English to German: "
 # T5's sentinel tokens, added to the SentencePiece model's pieces.
 EXTRA_IDS = 8
