@@ -11,7 +11,8 @@
 # Run side by side with the other two, the torch suite leaves out the tests
 # marked `slow` (end-to-end recipe runs, exports, cross-backend files; they
 # run on JAX and TensorFlow, and the cross-backend ones load torch files
-# there) but those shared out to it (`split_backend("torch")`): three
+# there) but those shared out to it (`split_backend("torch")`, its share
+# of the `split_cases` tests): three
 # whole suites do not fit CI's 35 minutes on 2 cores.
 # `KERAS_BACKEND=torch` alone runs all of it. A torch that cannot be
 # installed (no wheel for this platform) is reported and skipped: JAX and
@@ -57,7 +58,7 @@ pids=()
 for backend in "${backends[@]}"; do
   selection=()
   if [ "${backend}" = torch ] && [ "${#backends[@]}" -gt 1 ]; then
-    selection=(-m "not slow or split_backend")
+    selection=(-m "not slow or split_backend or split_cases")
   fi
   KERAS_BACKEND="${backend}" .venv/bin/python -m pytest tests -q -p no:cacheprovider \
     --durations=15 "${selection[@]}" "$@" >"${logs}/${backend}.log" 2>&1 &

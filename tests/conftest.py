@@ -60,26 +60,38 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """`split_backend(name)` tests run on `name` only when the backends are
-    tested side by side: `scripts/test.sh` lists them in
-    KERAS_ATTN_SPLIT_BACKENDS, and a test whose backend is not among them
-    (torch could not be installed) runs on the first listed. A one-backend
-    run, e.g. `KERAS_BACKEND=tensorflow pytest tests`, runs all.
+    """Shares tests out among backends run side by side.
+
+    `scripts/test.sh` lists the backends it runs side by side in
+    KERAS_ATTN_SPLIT_BACKENDS. Then a `split_backend(name)` test runs on
+    `name` only (on the first listed when `name` is not among them: torch
+    could not be installed), and the cases of a `split_cases` test are dealt
+    out in turn: its i-th case runs on the (i mod n)-th listed backend, so
+    each case runs once and each backend runs some. A one-backend run, e.g.
+    `KERAS_BACKEND=tensorflow pytest tests`, runs all.
     """
     side_by_side = os.environ.get("KERAS_ATTN_SPLIT_BACKENDS", "").split()
     if len(side_by_side) < 2:
         return
     backend = keras.backend.backend()
+    cases_seen = {}
     for item in items:
-        marker = item.get_closest_marker("split_backend")
-        if marker is None:
+        split = item.get_closest_marker("split_backend")
+        if split is not None:
+            runs_on = split.args[0] if split.args[0] in side_by_side else side_by_side[0]
+            reason = f"split_backend: runs on {runs_on}"
+        elif item.get_closest_marker("split_cases") is not None:
+            function = (item.path, getattr(item, "originalname", item.name))
+            index = cases_seen.get(function, 0)
+            cases_seen[function] = index + 1
+            runs_on = side_by_side[index % len(side_by_side)]
+            reason = f"split_cases: this case runs on {runs_on}"
+        else:
             continue
-        runs_on = marker.args[0] if marker.args[0] in side_by_side else side_by_side[0]
         if runs_on != backend:
             item.add_marker(
                 pytest.mark.skip(
-                    reason=f"split_backend: runs on {runs_on} when the "
-                    "backends run side by side"
+                    reason=f"{reason} when the backends run side by side"
                 )
             )
 
