@@ -102,8 +102,16 @@ def weight_paths(model):
 # --- Cached decoding and generation ------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+# The wide parametrizations below are dealt out among the backends run
+# side by side (`split_cases`: the i-th case to the i-th of jax, tensorflow,
+# torch, in turn); kind by kind within each variant, so that each backend
+# gets both kinds and most variants. The layers behind each variant are
+# tested on every backend in tests/layers.
+
+
+@pytest.mark.split_cases
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_cached_decoding_equals_the_full_pass(kind, variant):
     model = model_of(kind, variant)
     inputs = inputs_of(kind)
@@ -113,6 +121,7 @@ def test_cached_decoding_equals_the_full_pass(kind, variant):
     )
 
 
+@pytest.mark.split_cases
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_lm_generation_with_the_cache_equals_without(variant):
     model = model_of("lm", variant)
@@ -125,6 +134,7 @@ def test_lm_generation_with_the_cache_equals_without(variant):
     np.testing.assert_array_equal(to_numpy(cached["tokens"])[:, :3], prompt)
 
 
+@pytest.mark.split_cases
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_greedy_translation_with_the_cache_equals_without(variant):
     model = model_of("transformer", variant)
@@ -143,8 +153,9 @@ def test_greedy_translation_with_the_cache_equals_without(variant):
 # --- Saving ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.split_cases
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_keras_file_round_trip_gives_identical_outputs(kind, variant, tmp_path):
     model = model_of(kind, variant)
     path = tmp_path / f"{kind}_{variant}.keras"
@@ -173,8 +184,9 @@ def self_attention_weight(block, suffix):
     return weight
 
 
-@pytest.mark.parametrize("num_key_value_heads", [1, 2, None])
+@pytest.mark.split_cases
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("num_key_value_heads", [1, 2, None])
 def test_the_keys_values_and_cache_have_the_key_value_heads(kind, num_key_value_heads):
     model = build(
         kind, "rotary", attention={"num_key_value_heads": num_key_value_heads}
@@ -283,14 +295,15 @@ def test_rotary_positions_give_order():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_rotary_runs_beyond_the_training_length(kind):
-    model = build(kind, "lm_modern_small", max_sequence_length=8)
+    # The lengths of the cached-decoding tests above, past this model's.
+    model = build(kind, "lm_modern_small", max_sequence_length=4)
     assert model.position_scheme.max_length is None
-    inputs = inputs_of(kind, length=12)
+    inputs = inputs_of(kind)
     full = to_numpy(model(inputs))
     assert np.isfinite(full).all()
-    # The steps past the training length, at cache indices 9 to 11.
+    # The steps past the training length, at cache indices 4 to 6.
     np.testing.assert_allclose(
-        cached_logits(model, kind, inputs, max_length=12, prefill=9), full, atol=1e-5
+        cached_logits(model, kind, inputs, max_length=9, prefill=3), full, atol=1e-5
     )
 
 

@@ -169,6 +169,10 @@ def test_a_cached_step_receives_the_bias_at_its_cache_index(received_biases):
 # --- Weights: trainable and saved -------------------------------------------------
 
 
+# One kind per backend when they run side by side (`split_cases`: the i-th
+# case on the i-th of jax, tensorflow, torch): each backend trains a bias
+# layer once, and the transformer, the costliest to compile, runs on torch.
+@pytest.mark.split_cases
 @pytest.mark.parametrize("kind", sorted(STACKS))
 def test_the_bias_weights_are_trainable_and_train(kind):
     keras.utils.set_random_seed(0)
@@ -188,6 +192,7 @@ def test_the_bias_weights_are_trainable_and_train(kind):
         assert not np.allclose(to_numpy(table), start), table.path
 
 
+@pytest.mark.split_cases
 @pytest.mark.parametrize("kind", sorted(STACKS))
 def test_keras_file_round_trip_gives_identical_outputs(kind, tmp_path):
     model = make_model(kind, position="relative")

@@ -5,7 +5,6 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from other_backend import OTHER_BACKENDS, run_on_backend
 
 from keras_attn.models import TRANSFORMER_PRESETS, Transformer
 
@@ -312,42 +311,8 @@ def test_tied_embeddings_are_shared():
         tiny(logits_scale=0.0)
 
 
-SAVE_ON_OTHER_BACKEND = """
-import sys
-import keras
-import numpy as np
-from keras_attn.models import Transformer
-
-keras.utils.set_random_seed(1)
-model = Transformer.from_preset(
-    "transformer_tiny", vocabulary_size=16, dropout=0.0, normalize_first=True
-)
-source, target, path, logits_path = sys.argv[1:]
-logits = model({"encoder_tokens": np.load(source), "decoder_tokens": np.load(target)})
-np.save(logits_path, keras.ops.convert_to_numpy(logits))
-model.save(path)
-print(keras.backend.backend())
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("other", OTHER_BACKENDS)
-def test_keras_file_from_the_other_backend(tmp_path, other):
-    np.save(tmp_path / "source.npy", SOURCE)
-    np.save(tmp_path / "target.npy", TARGET)
-    path, logits_path = tmp_path / "model.keras", tmp_path / "logits.npy"
-    run_on_backend(
-        other,
-        SAVE_ON_OTHER_BACKEND,
-        tmp_path / "source.npy",
-        tmp_path / "target.npy",
-        path,
-        logits_path,
-    )
-    loaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(
-        logits_of(loaded, SOURCE, TARGET), np.load(logits_path), atol=1e-5
-    )
+# `.keras` files saved on one backend and loaded on another:
+# tests/models/test_cross_backend_files.py.
 
 
 # --- Errors --------------------------------------------------------------------

@@ -15,7 +15,13 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from zoo_cases import VOCABULARY_SIZE, ZOO_MODELS, make_inputs, make_model
+from zoo_cases import (
+    SPLIT_ZOO_MODELS,
+    VOCABULARY_SIZE,
+    ZOO_MODELS,
+    make_inputs,
+    make_model,
+)
 
 from keras_attn import layers, models
 from keras_attn.layers import position_schemes
@@ -30,7 +36,8 @@ def layer_policies(model):
     return {layer.path: layer.dtype_policy.name for layer in model.layers}
 
 
-@pytest.mark.parametrize("kind", ZOO_MODELS)
+@pytest.mark.split_cases
+@pytest.mark.parametrize("kind", SPLIT_ZOO_MODELS)
 def test_mixed_precision_policy_round_trips_config_and_keras_file(kind, tmp_path):
     keras.utils.set_random_seed(0)
     model = make_model(kind, dtype="mixed_bfloat16")
@@ -100,6 +107,7 @@ def test_flash_attention_reaches_every_block_and_use_fused_attention_is_gone(kin
         make_model(kind, use_fused_attention=False)
 
 
+@pytest.mark.split_cases
 @pytest.mark.parametrize("kind", ZOO_MODELS)
 @pytest.mark.parametrize("fused, flash", [(True, None), (False, False)])
 def test_a_config_saved_with_use_fused_attention_loads(kind, fused, flash):

@@ -12,6 +12,10 @@ from keras_attn.models import (
 
 VOCABULARY_SIZE = 20
 ZOO_MODELS = ("transformer", "lm", "classifier", "vit")
+# `ZOO_MODELS` in the order for a `split_cases` test, which deals the i-th
+# case to the i-th of jax, tensorflow, torch in turn when they run side by
+# side: the transformer, the costliest to build and compile, to torch.
+SPLIT_ZOO_MODELS = ("lm", "vit", "transformer", "classifier")
 
 
 def make_model(kind, **overrides):
