@@ -2,18 +2,47 @@
 and mask hypothesis draws, and stays finite in half precision.
 
 Derandomized, so a CI failure reproduces; shapes stay small so the examples
-compile quickly on JAX.
+compile quickly on JAX. Each example is new shapes, which JAX compiles op by
+op: when the backends run side by side (`scripts/test.sh`), each draws its
+own third of the examples (`dealt_out`).
 """
 
+import math
+import os
+
+import keras
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 from keras import ops
 from test_scaled_dot_product_attention import reference_attention
 
 from keras_attn.layers import scaled_dot_product_attention
 
-PROPERTY_SETTINGS = settings(max_examples=15, deadline=None, derandomize=True)
+MAX_EXAMPLES = 15
+
+
+def dealt_out(max_examples):
+    """Hypothesis settings for `max_examples` examples in all.
+
+    A one-backend run draws all of them, derandomized. When several
+    backends run side by side (`KERAS_ATTN_SPLIT_BACKENDS`, as
+    `split_cases` deals out cases), each draws its share with a seed of its
+    own, so the backends test different examples and each still reproduces.
+    """
+    derandomized = settings(max_examples=max_examples, deadline=None, derandomize=True)
+    side_by_side = os.environ.get("KERAS_ATTN_SPLIT_BACKENDS", "").split()
+    backend = keras.backend.backend()
+    if len(side_by_side) < 2 or backend not in side_by_side:
+        return derandomized
+    share = settings(
+        derandomized, max_examples=math.ceil(max_examples / len(side_by_side))
+    )
+
+    def decorate(test):
+        return seed(side_by_side.index(backend))(share(test))
+
+    return decorate
 
 
 @st.composite
@@ -41,7 +70,7 @@ def attention_case(draw):
     return query, key, value, mask
 
 
-@PROPERTY_SETTINGS
+@dealt_out(MAX_EXAMPLES)
 @given(case=attention_case(), flash_attention=st.sampled_from([None, False]))
 def test_attention_equals_numpy_reference(case, flash_attention):
     query, key, value, mask = case
@@ -60,7 +89,7 @@ def test_attention_equals_numpy_reference(case, flash_attention):
     )
 
 
-@PROPERTY_SETTINGS
+@dealt_out(MAX_EXAMPLES)
 @given(case=attention_case(), dtype=st.sampled_from(["bfloat16", "float16"]))
 def test_half_precision_attention_is_finite_and_close(case, dtype):
     query, key, value, mask = case

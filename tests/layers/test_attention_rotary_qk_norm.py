@@ -72,7 +72,7 @@ def numpy_attention(layer, x, rope=None, causal=True):
 def built_layer(**kwargs):
     layer = MultiHeadAttention(num_heads=HEADS, key_dim=HEAD_DIM, **kwargs)
     x = normal(BATCH, LENGTH, DIM)
-    layer(x, x)
+    layer.build(x.shape, x.shape)  # Not called: each call compiles on JAX.
     randomize(layer)
     return layer, x
 
@@ -101,6 +101,9 @@ def rotary_arguments(rope):
     )
 
 
+# Ten cases: side by side, each backend runs its share (`split_cases`),
+# both paths among them.
+@pytest.mark.split_cases
 @pytest.mark.parametrize("case", sorted(ROPE_CASES))
 @pytest.mark.parametrize("flash_attention", [None, False])
 def test_rotary_matches_numpy(case, flash_attention):
@@ -183,6 +186,9 @@ CACHE_VARIANTS = {
 }
 
 
+# Fourteen cases: side by side, each backend runs its share (`split_cases`),
+# Python and tensor indices among them.
+@pytest.mark.split_cases
 @pytest.mark.parametrize("variant", sorted(CACHE_VARIANTS))
 @pytest.mark.parametrize("index_as_tensor", [False, True])
 def test_cached_decoding_equals_a_full_causal_pass(variant, index_as_tensor):

@@ -194,7 +194,7 @@ def test_a_block_refuses_what_is_not_settings(attention):
 
 def test_a_block_hands_them_to_its_attention_layers():
     block = TransformerDecoderBlock(HEADS, FF, attention=SETTINGS)
-    block(normal(2, 5, DIM), normal(2, 3, DIM, seed=1))
+    block.build((2, 5, DIM), (2, 3, DIM))  # The sub-layers, without a call.
     assert block.attention is SETTINGS
     assert block.num_key_value_heads == 2 and block.attention_dropout == 0.1
     self_config = block.self_attention.get_config()
@@ -263,10 +263,10 @@ def test_a_flat_block_config_migrates(block_class):
 # --- In a model --------------------------------------------------------------------
 
 
-def tiny_lm(**arguments):
+def tiny_lm(num_layers=2, **arguments):
     return TransformerLM(
         vocabulary_size=20,
-        num_layers=2,
+        num_layers=num_layers,
         hidden_dim=DIM,
         num_heads=HEADS,
         intermediate_dim=FF,
@@ -302,8 +302,11 @@ def test_a_model_hands_one_object_to_every_attention_layer():
 
 
 def test_a_model_keras_file_round_trip(tmp_path):
+    # One block: what is saved is the model's settings and each block's.
     model = tiny_lm(
-        position="rotary", attention=dict(num_key_value_heads=1, qk_norm=True)
+        num_layers=1,
+        position="rotary",
+        attention=dict(num_key_value_heads=1, qk_norm=True),
     )
     path = str(tmp_path / "lm.keras")
     model.save(path)

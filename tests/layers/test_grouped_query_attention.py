@@ -115,6 +115,9 @@ def test_key_value_projections_have_the_key_value_heads():
 # --- Numbers ------------------------------------------------------------------
 
 
+# Sixteen cases: side by side, each backend runs its share (`split_cases`),
+# both paths and both head counts among them.
+@pytest.mark.split_cases
 @pytest.mark.parametrize("mask_kind", ["none", "padding", "causal", "per_head"])
 @pytest.mark.parametrize("key_value_heads", [1, 2])
 @pytest.mark.parametrize("flash_attention", [None, False])
@@ -147,9 +150,9 @@ def keras_and_ours(key_value_heads, **kwargs):
     )
     theirs = keras.layers.GroupQueryAttention(**arguments, **kwargs)
     ours = GroupedQueryAttention(**arguments, **kwargs)
-    query, value = normal(1, QUERY_LEN, DIM), normal(1, KEY_LEN, DIM)
-    theirs(query, value)
-    ours(query, value)
+    # Built, not called: an eager call compiles every op again on JAX.
+    for layer in (theirs, ours):
+        layer.build((1, QUERY_LEN, DIM), (1, KEY_LEN, DIM))
     randomize(theirs, seed=3)
     assert [w.path.split("/", 1)[1] for w in theirs.weights] == [
         w.path.split("/", 1)[1] for w in ours.weights
@@ -158,11 +161,15 @@ def keras_and_ours(key_value_heads, **kwargs):
     return theirs, ours
 
 
-@pytest.mark.parametrize("key_value_heads", [1, 2, 4])
-@pytest.mark.parametrize("use_gate", [False, True])
+# Thirty cases: side by side, each backend runs its share (`split_cases`).
+# The call varies fastest (five of them), so each backend gets every call,
+# both gates and every head count.
+@pytest.mark.split_cases
 @pytest.mark.parametrize(
     "call", ["plain", "causal", "value_mask", "attention_mask", "scores"]
 )
+@pytest.mark.parametrize("use_gate", [False, True])
+@pytest.mark.parametrize("key_value_heads", [1, 2, 4])
 def test_matches_keras_grouped_query_attention(key_value_heads, use_gate, call):
     theirs, ours = keras_and_ours(key_value_heads, use_gate=use_gate)
     query = normal(BATCH, QUERY_LEN, DIM, seed=4)
@@ -281,7 +288,7 @@ def test_keras_names_and_config():
     layer = GroupedQueryAttention(
         head_dim=HEAD_DIM, num_query_heads=HEADS, num_key_value_heads=2, seed=1
     )
-    layer(normal(1, QUERY_LEN, DIM), normal(1, KEY_LEN, DIM))
+    layer.build((1, QUERY_LEN, DIM), (1, KEY_LEN, DIM))
     assert (layer.head_dim, layer.num_query_heads, layer.num_key_value_heads) == (
         HEAD_DIM,
         HEADS,

@@ -66,7 +66,7 @@ def test_zero_size_inputs_over_attention_axes():
 
 def test_cached_decoding_step_on_an_empty_batch():
     block = TransformerDecoderBlock(HEADS, FF)
-    block(normal(1, 3, DIM))
+    block.build((1, 3, DIM))
     cache = (np.zeros((0, 6, HEADS, 4), "float32"),) * 2
     outputs, (keys, values) = block.call_cached(
         np.zeros((0, 1, DIM), "float32"), cache, 0

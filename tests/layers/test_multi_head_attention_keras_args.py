@@ -57,6 +57,9 @@ SOURCE = normal(2, 4, 8, seed=2)
 IMAGE = normal(2, 3, 4, 8, seed=3)
 
 
+# Eight arguments: side by side, each backend runs its share (`split_cases`),
+# sequences and attention axes among them.
+@pytest.mark.split_cases
 @pytest.mark.parametrize(
     "kwargs, query, value",
     [

@@ -119,6 +119,9 @@ PEER_CONFIGS = [
 ]
 
 
+# Seven configurations: side by side, each backend runs its share
+# (`split_cases`).
+@pytest.mark.split_cases
 @pytest.mark.parametrize("config", PEER_CONFIGS, ids=str)
 def test_layer_equals_keras_hub(config):
     x = random((2, 5, 3, 8))

@@ -193,6 +193,9 @@ def np_block(block, x, source=None, causal=False):
 # --- Values against NumPy ------------------------------------------------------
 
 
+# Fourteen cases: side by side, each backend runs its share (`split_cases`);
+# the two settings alternate, so each backend gets both and most variants.
+@pytest.mark.split_cases
 @pytest.mark.parametrize("normalize_first", [False, True])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_encoder_block_matches_numpy(variant, normalize_first):
@@ -283,6 +286,7 @@ def decode_with_stacked_cache(block, target, source):
     return np.concatenate(outputs, axis=1)
 
 
+@pytest.mark.split_cases
 @pytest.mark.parametrize("cross", [False, True])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_cached_decoding_equals_the_full_causal_pass(variant, cross):

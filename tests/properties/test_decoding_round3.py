@@ -32,23 +32,24 @@ from keras_attn.models import Transformer, TransformerLM
 VOCABULARY_SIZE, PAD, START, END = 24, 0, 2, 3
 SOURCE = np.array([[5, 6, 7, 3], [4, 9, 3, 0], [8, 8, 8, 3]], "int32")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The tiny presets with one layer (of each stack): what is checked here is
+# the decoding loop and its arguments, whatever the depth, and each decoding
+# loop compiles every layer (seconds per layer on JAX).
+ONE_LAYER = dict(vocabulary_size=VOCABULARY_SIZE, num_layers=1)
 
 
 @pytest.fixture(scope="module")
 def seq2seq():
     """Sinusoidal positions, `max_sequence_length=64`."""
     keras.utils.set_random_seed(0)
-    return Transformer.from_preset("transformer_tiny", vocabulary_size=VOCABULARY_SIZE)
+    return Transformer.from_preset("transformer_tiny", **ONE_LAYER)
 
 
 @pytest.fixture(scope="module")
 def learned():
     keras.utils.set_random_seed(0)
     return Transformer.from_preset(
-        "transformer_tiny",
-        vocabulary_size=VOCABULARY_SIZE,
-        position="learned",
-        max_sequence_length=16,
+        "transformer_tiny", position="learned", max_sequence_length=16, **ONE_LAYER
     )
 
 
@@ -56,7 +57,7 @@ def learned():
 def lm():
     """Learned positions, `max_sequence_length=64`."""
     keras.utils.set_random_seed(0)
-    return TransformerLM.from_preset("lm_tiny", vocabulary_size=VOCABULARY_SIZE)
+    return TransformerLM.from_preset("lm_tiny", **ONE_LAYER)
 
 
 def generated_before_end(tokens):
@@ -313,7 +314,7 @@ MIRRORED_SCRIPT = textwrap.dedent(
 
     source = np.array([[5, 6, 7, 3], [4, 9, 3, 0], [8, 8, 8, 3]], "int32")
     keras.utils.set_random_seed(0)
-    model = Transformer.from_preset("transformer_tiny", vocabulary_size=24)
+    model = Transformer.from_preset("transformer_tiny", vocabulary_size=24, num_layers=1)
     samplers = ["greedy", RandomSampler(seed=1)]
     single = [
         SequenceGenerator(model, sampler=s, max_length=4).generate(source)
@@ -335,10 +336,11 @@ MIRRORED_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.split_backend("tensorflow")
+@pytest.mark.split_backend("torch")
 def test_generator_in_a_mirrored_strategy_scope_keeps_the_batch(tmp_path):
     # tf.distribute runs TensorFlow whatever this process's backend; logical
-    # devices must be set before TensorFlow's first op: a subprocess.
+    # devices must be set before TensorFlow's first op: a subprocess. Side by
+    # side it runs from the torch suite, the shortest.
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED_SCRIPT)
     env = dict(

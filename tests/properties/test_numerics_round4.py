@@ -421,9 +421,10 @@ def decoding():
     block = TransformerDecoderBlock(
         2, 16, attention=AttentionSettings(rotary_max_wavelength=1e4)
     )
-    block(normal(1, 3, DIM))
+    # Built, not called: an eager call compiles every op again on JAX.
+    block.build((1, 3, DIM))
     cross_block = TransformerDecoderBlock(2, 16)
-    cross_block(normal(1, 3, DIM), normal(1, 4, DIM))
+    cross_block.build((1, 3, DIM), (1, 4, DIM))
     lm = TransformerLM(**MODEL, max_sequence_length=MAX_LENGTH, position="rotary")
     transformer = Transformer(**MODEL, max_sequence_length=MAX_LENGTH)
     source = np.array([[3, 4, 5, 6]], "int32")
@@ -488,6 +489,9 @@ ENTRIES = [
 ]
 
 
+# Thirty cases of a check made before any computation: side by side, each
+# backend runs its share (`split_cases`), every entry point among them.
+@pytest.mark.split_cases
 @pytest.mark.parametrize("entry_name", ENTRIES)
 @pytest.mark.parametrize(
     "index", [-1, LAST + 1, MAX_LENGTH, 10**9, np.int64(-1), np.array(LAST + 1)]
@@ -507,6 +511,9 @@ def test_an_integer_index_out_of_range_is_refused(decoding, entry_name, index):
         step(index)
 
 
+# Five entry points: side by side, each backend runs its share
+# (`split_cases`); the tensor indices below run on every backend.
+@pytest.mark.split_cases
 @pytest.mark.parametrize("entry_name", ENTRIES)
 def test_the_first_and_last_slots_are_taken(decoding, entry_name):
     _, step = entry(decoding, entry_name)
