@@ -9,15 +9,18 @@ import numpy as np
 
 FORBIDDEN = ("keras", "tensorflow", "jax", "torch", "keras_attn")
 
+# Both scripts take the artifact, then pairs of an inputs file (`.npz`) and
+# the output file (`.npy`) to write: one session serves every pair.
 RUN_ONNX = textwrap.dedent(
     """
     import json, sys
     import numpy as np
     import onnxruntime
     session = onnxruntime.InferenceSession(sys.argv[1])
-    inputs = np.load(sys.argv[2])
-    outputs = session.run(None, {i.name: inputs[i.name] for i in session.get_inputs()})
-    np.save(sys.argv[3], outputs[0])
+    for inputs_file, output_file in zip(sys.argv[2::2], sys.argv[3::2]):
+        inputs = np.load(inputs_file)
+        feed = {i.name: inputs[i.name] for i in session.get_inputs()}
+        np.save(output_file, session.run(None, feed)[0])
     """
 )
 
@@ -28,9 +31,10 @@ RUN_LITERT = textwrap.dedent(
     from ai_edge_litert.interpreter import Interpreter
     interpreter = Interpreter(model_path=sys.argv[1])
     runner = interpreter.get_signature_runner("serving_default")
-    inputs = np.load(sys.argv[2])
-    outputs = runner(**{name: inputs[name] for name in inputs.files})
-    np.save(sys.argv[3], next(iter(outputs.values())))
+    for inputs_file, output_file in zip(sys.argv[2::2], sys.argv[3::2]):
+        inputs = np.load(inputs_file)
+        outputs = runner(**{name: inputs[name] for name in inputs.files})
+        np.save(output_file, next(iter(outputs.values())))
     """
 )
 
@@ -56,10 +60,19 @@ def run_client(script, *args):
 
 def run_artifact(script, path, named_inputs, tmp_path):
     """The first output of the artifact at `path` for `named_inputs`."""
-    inputs_file, output_file = tmp_path / "inputs.npz", tmp_path / "output.npy"
-    np.savez(inputs_file, **named_inputs)
-    run_client(script, path, inputs_file, output_file)
-    return np.load(output_file)
+    return run_artifact_on_each(script, path, [named_inputs], tmp_path)[0]
+
+
+def run_artifact_on_each(script, path, named_inputs_list, tmp_path):
+    """The first output of the artifact at `path` for each of `named_inputs_list`,
+    all from one client process (one session, as a server keeps it)."""
+    files = []
+    for index, named_inputs in enumerate(named_inputs_list):
+        inputs_file = tmp_path / f"inputs_{index}.npz"
+        np.savez(inputs_file, **named_inputs)
+        files += [inputs_file, tmp_path / f"output_{index}.npy"]
+    run_client(script, path, *files)
+    return [np.load(output_file) for output_file in files[1::2]]
 
 
 def translate_in_client(directory, sentences):

@@ -69,7 +69,8 @@ def tiny_transformer(**overrides):
 
 
 def tiny_lm():
-    return TransformerLM.from_preset("lm_tiny", vocabulary_size=20)
+    """One layer: the conversions here are of files, not of the layers."""
+    return TransformerLM.from_preset("lm_tiny", vocabulary_size=20, num_layers=1)
 
 
 def snapshot(folder):
@@ -316,7 +317,8 @@ def paused_fsync(descriptor):
 os.fsync = paused_fsync
 from keras_attn.export import export_onnx
 from keras_attn.models import TransformerLM
-export_onnx(TransformerLM.from_preset("lm_tiny", vocabulary_size=20), sys.argv[1])
+model = TransformerLM.from_preset("lm_tiny", vocabulary_size=20, num_layers=1)
+export_onnx(model, sys.argv[1])
 """
 
 # Runs in a fresh interpreter: exports a translator over a previous one.

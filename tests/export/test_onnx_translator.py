@@ -58,13 +58,15 @@ def test_shipped_preset_greedy_translations_equal_the_translator(tmp_path):
 
 
 def test_beam_search_ids_equal_the_translator(tmp_path):
-    # A random tiny model: the beams' ids still have to agree exactly.
+    # A random tiny model: the beams' ids still have to agree exactly. One
+    # layer: tf2onnx's time grows with the graph, and the shipped preset
+    # above converts four.
     keras.utils.set_random_seed(3)
     tokenizer = SubwordTokenizer.train(
         multi30k_test_sentences(200), vocabulary_size=120
     )
     model = Transformer.from_preset(
-        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
+        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size, num_layers=1
     )
     options = dict(beam_size=3, length_penalty_alpha=0.6)
     # Over a previous export: replaced whole, not merged into.
