@@ -150,6 +150,10 @@ def test_unsupported_config_and_tensors_are_refused(checkpoint):
 
 
 @pytest.mark.slow
+# What it adds to the test above is the size (the loader's reading and
+# mapping of 75 million parameters, NumPy work); the numerics on each
+# backend are the test above's. Side by side it runs on torch only.
+@pytest.mark.split_backend("torch")
 def test_opus_mt_en_de_size_equals_transformers(tmp_path):
     """opus-mt-en-de's shapes (d 512, 6 + 6 layers, 8 heads, 58,101 ids),
     random weights: one forward pass compared, load time printed."""

@@ -47,8 +47,24 @@ def to_numpy(x):
     return keras.ops.convert_to_numpy(keras.ops.cast(x, "float32"))
 
 
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
-@pytest.mark.parametrize("name", ["transformer", "classifier", "lm", "vit"])
+# Side by side, the cases are dealt out in this order (`split_cases`: jax,
+# tensorflow, torch, jax, ...): each backend gets both policies and two or
+# three of the models. Attention in bfloat16 and float16 is compared with
+# float32 on every backend in tests/layers/test_attention_properties.py.
+@pytest.mark.split_cases
+@pytest.mark.parametrize(
+    "name, policy",
+    [
+        ("transformer", "mixed_float16"),
+        ("transformer", "mixed_bfloat16"),
+        ("classifier", "mixed_float16"),
+        ("classifier", "mixed_bfloat16"),
+        ("vit", "mixed_float16"),
+        ("vit", "mixed_bfloat16"),
+        ("lm", "mixed_float16"),
+        ("lm", "mixed_bfloat16"),
+    ],
+)
 def test_mixed_precision_is_finite_close_to_float32_and_trains(name, policy):
     reference = build(name, "float32")
     model = build(name, policy)
@@ -75,8 +91,20 @@ def test_mixed_precision_is_finite_close_to_float32_and_trains(name, policy):
     assert all(np.isfinite(to_numpy(w)).all() for w in model.trainable_weights)
 
 
-@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
-@pytest.mark.parametrize("length", [1, 256])
+# Dealt out side by side in this order: each backend gets one length-1
+# and one length-256 case, of two different policies.
+@pytest.mark.split_cases
+@pytest.mark.parametrize(
+    "length, policy",
+    [
+        (1, "mixed_bfloat16"),
+        (1, "mixed_float16"),
+        (1, "float32"),
+        (256, "mixed_float16"),
+        (256, "float32"),
+        (256, "mixed_bfloat16"),
+    ],
+)
 def test_very_short_and_very_long_sequences_train_finitely(policy, length):
     """One token, or 256 (4x the tiny preset's learned-position table, so
     sinusoidal positions), half of the batch padding: finite loss and weights."""
