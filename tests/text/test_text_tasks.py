@@ -159,14 +159,37 @@ def test_jit_compile_refuses_anything_else_by_name(
     keras.backend.backend() != "torch",
     reason="torch.compile: JAX and TensorFlow compile by default",
 )
-def test_torch_compiled_generation_on_strings_equals_eager(lm_preset, tokenizer):
+def test_torch_compiled_generation_on_strings_equals_eager(
+    tokenizer, tmp_path, monkeypatch
+):
     # `jit_compile=True` on torch: Keras hands the whole decoding loop to
     # `torch.compile`; the strings are those of eager `generate_lm`.
-    directory, model = lm_preset
+    import torch
+
+    # Dynamo's capture and AOTAutograd's functionalized graph, run without
+    # Inductor's C++ code generation, as in
+    # tests/generation/test_compiled_step.py. Keras calls `torch.compile`
+    # itself: the backend is set where Keras looks the function up.
+    compile_calls = []
+    torch_compile = torch.compile
+
+    def compile_with_aot_eager(*args, **kwargs):
+        compile_calls.append(kwargs.get("backend", "inductor"))
+        return torch_compile(*args, **dict(kwargs, backend="aot_eager"))
+
+    monkeypatch.setattr(torch, "compile", compile_with_aot_eager)
+    # One layer: Dynamo traces the Python of every layer (a minute or more
+    # per layer on a busy 2-core machine); what is checked holds for any.
+    keras.utils.set_random_seed(0)
+    model = TransformerLM.from_preset(
+        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, num_layers=1
+    )
+    model.save_to_preset(tmp_path, tokenizer=tokenizer)
     generator = TextGenerator.from_preset(
-        directory, max_length=MAX_LENGTH, jit_compile=True
+        tmp_path, max_length=MAX_LENGTH, jit_compile=True
     )
     texts = generator.generate(PROMPTS)
+    assert compile_calls == ["inductor"]  # Keras's predict step, once
     assert texts == reference_continuations(model, tokenizer, PROMPTS)
 
 
