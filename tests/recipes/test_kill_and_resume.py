@@ -8,6 +8,7 @@ keeps a checkpoint of every epoch, and ends with the uninterrupted weights.
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,13 +52,22 @@ def command(output_dir, *extra):
     ]
 
 
+def recipe_env(**extra):
+    """The recipe processes' environment: one intra-op thread each.
+
+    As the test process (tests/conftest.py): torch's thread pool (sized by
+    OMP_NUM_THREADS) waits for all of its threads at every op, and on CI's
+    2 busy cores 2 threads made a tiny epoch several times slower than 1.
+    """
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMP_NUM_THREADS="1", **extra)
+
+
 def run(output_dir, *extra, check=True):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run(
         command(output_dir, *extra),
         capture_output=True,
         text=True,
-        env=env,
+        env=recipe_env(),
         timeout=600,
     )
     if check:
@@ -92,12 +102,11 @@ def checkpoint_epochs(output_dir):
 
 def kill_after_first_epoch(output_dir):
     """Starts training, SIGKILLs it once epoch 0 is backed up (epoch 1 running)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     process = subprocess.Popen(
         command(output_dir),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=env,
+        env=recipe_env(),
     )
     deadline = time.time() + 600
     try:
@@ -146,20 +155,29 @@ def test_sigkilled_training_resumes_to_the_uninterrupted_weights(
 
 
 @pytest.mark.slow
-def test_nan_loss_stops_training_and_keeps_the_last_good_state(tmp_path):
-    run(tmp_path, "--set", "epochs=1")
-    good = final_weights(tmp_path)
-    # An absurd learning rate makes the loss overflow in the next epoch.
+def test_nan_loss_stops_training_and_keeps_the_last_good_state(
+    tmp_path, reference_dir
+):
+    # A finished run (a copy of the uninterrupted one) trained one epoch
+    # more at an absurd learning rate: the loss overflows in that epoch.
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference_dir, run_dir, symlinks=True)
+    good = final_weights(run_dir)
     result = run(
-        tmp_path, "--set", "epochs=2", "--set", "learning_rate_scale=1e30", check=False
+        run_dir,
+        "--set",
+        f"epochs={EPOCHS + 1}",
+        "--set",
+        "learning_rate_scale=1e30",
+        check=False,
     )
     assert result.returncode != 0
     assert "NaN or Inf loss" in result.stderr
-    assert "last good state (after epoch 1)" in result.stderr
-    assert backup_epochs(tmp_path) == 1
-    assert epochs_logged(tmp_path) == [0]
+    assert f"last good state (after epoch {EPOCHS})" in result.stderr
+    assert backup_epochs(run_dir) == EPOCHS
+    assert epochs_logged(run_dir) == list(range(EPOCHS))
     checkpoint = keras_attn.saving.load_model(
-        tmp_path / "checkpoints" / "epoch_001.keras", compile=False
+        run_dir / "checkpoints" / f"epoch_{EPOCHS:03d}.keras", compile=False
     )
     for expected, actual in zip(good, checkpoint.get_weights(), strict=True):
         np.testing.assert_array_equal(np.asarray(actual), expected)
@@ -209,9 +227,7 @@ def killed_at(output_dir, point):
         capture_output=True,
         text=True,
         # Unbuffered: what it printed before the kill is not lost.
-        env=dict(
-            os.environ, TF_CPP_MIN_LOG_LEVEL="3", KILL_AT=point, PYTHONUNBUFFERED="1"
-        ),
+        env=recipe_env(KILL_AT=point, PYTHONUNBUFFERED="1"),
         timeout=600,
     )
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
