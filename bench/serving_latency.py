@@ -359,10 +359,8 @@ def decoding_options(preset, strategy):
 
 def make_smoke_preset(directory):
     """`--smoke`'s preset: a random one-layer `transformer_tiny`, a 120-piece
-    tokenizer. One layer, not the preset's two: the exports and the first
-    calls trace every layer into each graph, and the smoke checks that each
-    runtime serves, not how deep a model it serves (40 of the SavedModel's
-    and ONNX exports' 110 CPU seconds on a 2-core VM)."""
+    tokenizer. One layer: the exports trace every layer into each graph, and
+    the smoke checks that each runtime serves, not how deep a model."""
     import keras
 
     from keras_attn.models import Transformer

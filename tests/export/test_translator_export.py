@@ -95,7 +95,7 @@ def load_in_fresh_process(directory, **request):
         text=True,
         env=env,
         cwd=directory.parent,  # not the repository: keras_attn is not importable
-        timeout=300,
+        timeout=1200,  # a slow machine: the request runs every graph once
     )
     assert result.returncode == 0, result.stderr[-3000:]
     output = json.loads(result.stdout.strip().splitlines()[-1])
