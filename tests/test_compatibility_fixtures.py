@@ -59,17 +59,23 @@ def test_every_case_has_its_files():
             assert os.path.exists(os.path.join(FIXTURES, case + suffix)), case
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.fixture(scope="module", params=CASES)
+def case(request):
+    """`(case, the model its `.keras` file loads)`, loaded once for both
+    tests of the case (neither changes it)."""
+    name = request.param
+    return name, keras.saving.load_model(os.path.join(FIXTURES, f"{name}.keras"))
+
+
 def test_keras_file_of_5c2228a_loads_with_the_same_outputs(case):
-    model = keras.saving.load_model(os.path.join(FIXTURES, f"{case}.keras"))
-    _check_outputs(model, case)
+    name, model = case
+    _check_outputs(model, name)
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_weights_file_of_5c2228a_loads_into_todays_model(case):
-    saved = keras.saving.load_model(os.path.join(FIXTURES, f"{case}.keras"))
+    name, saved = case
     # A fresh model of today's code from the saved config, weights loaded
     # from the weights-only file: the weight paths must still match.
     model = saved.__class__.from_config(saved.get_config())
-    model.load_weights(os.path.join(FIXTURES, f"{case}.weights.h5"))
-    _check_outputs(model, case)
+    model.load_weights(os.path.join(FIXTURES, f"{name}.weights.h5"))
+    _check_outputs(model, name)

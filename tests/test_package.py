@@ -3,15 +3,11 @@
 import ast
 import dataclasses
 import inspect
-import json
-import os
 import pathlib
-import subprocess
-import sys
-import textwrap
 
 import keras
 import pytest
+from fresh_library_import import run_library_import
 
 import keras_attn
 import keras_attn.layers
@@ -124,41 +120,20 @@ SUBPACKAGES = {
 
 
 def test_subpackages_are_attributes_loaded_on_first_use():
-    # A fresh process: this one has long imported everything.
-    program = textwrap.dedent(
-        """
-        import json, sys
-        import keras_attn
-
-        before = {
-            "tensorflow": "tensorflow" in sys.modules,
-            "text": "keras_attn.text" in sys.modules,
-            "export": "keras_attn.export" in sys.modules,
-        }
-        from keras_attn.text.translator import Translator
-
-        assert keras_attn.text.Translator is Translator
-        assert keras_attn.export.export_translator.__module__.startswith(
-            "keras_attn.export"
-        )
-        print(json.dumps({"before": before, "dir": dir(keras_attn)}))
-        """
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", program],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, KERAS_BACKEND=keras.backend.backend()),
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.splitlines()[-1])
-    assert report["before"] == {
+    # A fresh process: this one has long imported everything. It imports
+    # `keras_attn`, then `keras_attn.text.translator`, and is shared with
+    # tests/test_quiet_start.py (`tests/fresh_library_import.py`).
+    run = run_library_import()
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = run.report
+    assert report["loaded"] == {
         # On TensorFlow, Keras itself imports it.
         "tensorflow": keras.backend.backend() == "tensorflow",
-        "text": False,
-        "export": False,
+        "keras_attn.text": False,
+        "keras_attn.export": False,
     }
+    assert report["text_translator_is_translator"] is True
+    assert report["export_translator_module"].startswith("keras_attn.export")
     assert SUBPACKAGES <= set(report["dir"])
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import keras
 import pytest
+from fresh_library_import import run_library_import
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKEND = keras.backend.backend()
@@ -225,30 +226,18 @@ def test_importing_the_library_leaves_logging_alone():
     # The library neither sets TensorFlow's log level nor filters output;
     # on JAX and torch it does not import TensorFlow, so prints nothing.
     # (JAX itself sets TF_CPP_MIN_LOG_LEVEL=1 when unset, so Keras is
-    # imported first and the library compared with it.)
-    program = (
-        "import os, sys, keras\n"
-        "level = os.environ.get('TF_CPP_MIN_LOG_LEVEL')\n"
-        "meta_path = list(sys.meta_path)\n"
-        "import keras_attn\n"
-        "assert os.environ.get('TF_CPP_MIN_LOG_LEVEL') == level\n"
-        "assert sys.meta_path == meta_path\n"
-        "print('tensorflow' in sys.modules)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", program],
-        capture_output=True,
-        text=True,
-        env=environment(KERAS_BACKEND=BACKEND),
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
+    # imported first and the library compared with it.) The fresh process
+    # is shared with tests/test_package.py (`tests/fresh_library_import.py`).
+    run = run_library_import()
+    assert run.returncode == 0, run.stderr
+    assert run.report["log_level_kept"], run.report
+    assert run.report["meta_path_kept"], run.report
     if BACKEND == "tensorflow":
         # Keras imports TensorFlow here, which prints what it prints.
-        assert result.stdout.strip() == "True"
+        assert run.report["loaded"]["tensorflow"] is True
     else:
-        assert result.stdout.strip() == "False"
-        assert_quiet(result.stderr)
+        assert run.report["loaded"]["tensorflow"] is False
+        assert_quiet(run.import_stderr)
 
 
 @pytest.mark.parametrize(

@@ -192,8 +192,12 @@ def export_folders(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exported(model, tokenizer, export_folders):
-    """The export, moved to another folder before anything loads it."""
+    """The export, written over a previous one (`overwrite=True`, the
+    default) and moved to another folder before anything loads it."""
     written, moved = export_folders
+    written.mkdir()
+    (written / "saved_model.pb").write_bytes(b"previous export")
+    (written / "stale.txt").write_text("from the previous export")
     export_translator(
         model,
         tokenizer,
@@ -629,22 +633,11 @@ def test_a_killed_export_leaves_the_previous_one_whole(tokenizer, tmp_path):
 
 
 @pytest.mark.slow
-def test_overwrite_replaces_a_previous_export_whole(tokenizer, tmp_path):
-    previous = tmp_path / "translator"
-    previous.mkdir()
-    (previous / "saved_model.pb").write_bytes(b"previous export")
-    (previous / "stale.txt").write_text("from the previous export")
-    export_translator(
-        _tiny_model(),
-        tokenizer,
-        previous,
-        strategy="greedy",
-        source_length_buckets=None,
-        batch_size_buckets=None,
-        verbose=False,
-    )
-    assert not (previous / "stale.txt").exists()  # replaced, not merged
-    assert (previous / "saved_model.pb").read_bytes() != b"previous export"
-    settings = json.loads((previous / "assets.extra" / CONFIG_FILE).read_text())
-    assert settings["strategy"] == "greedy"
-    assert [p.name for p in tmp_path.iterdir()] == ["translator"]  # nothing beside
+def test_overwrite_replaces_a_previous_export_whole(export_folders, exported):
+    """`exported` was written over a previous export, then moved whole."""
+    written, _ = export_folders
+    assert not (exported / "stale.txt").exists()  # replaced, not merged
+    assert (exported / "saved_model.pb").read_bytes() != b"previous export"
+    settings = json.loads((exported / "assets.extra" / CONFIG_FILE).read_text())
+    assert settings["strategy"] == "beam"  # the previous export had none
+    assert list(written.parent.iterdir()) == []  # nothing was left beside

@@ -56,20 +56,23 @@ MODEL_VARIANTS = {
 
 
 @pytest.fixture(scope="module", params=sorted(MODEL_VARIANTS))
-def model(request):
-    # Random weights differ between backends for one seed; take the first
-    # seed whose model does not end most sentences at once, so that the
-    # comparisons below cover several positions on every backend.
+def model_and_greedy(request):
+    """`(model, its cached greedy_search output)`.
+
+    Random weights differ between backends for one seed; take the first
+    seed whose model does not end most sentences at once, so that the
+    comparisons below cover several positions on every backend.
+    """
     for seed in range(10):
         model = make_model(seed, **MODEL_VARIANTS[request.param])
-        tokens = greedy_search(model, SOURCE, START, END, max_length=MAX_LENGTH)
-        if generated_positions(np.asarray(tokens["tokens"])).sum() >= 2 * len(SOURCE):
-            return model
+        cached = greedy_search(model, SOURCE, START, END, max_length=MAX_LENGTH)
+        if generated_positions(np.asarray(cached["tokens"])).sum() >= 2 * len(SOURCE):
+            return model, cached
     raise AssertionError("no seed in range(10) gives a model that decodes")
 
 
-def test_cached_greedy_equals_full_decoder_passes(model):
-    cached = greedy_search(model, SOURCE, START, END, max_length=MAX_LENGTH)
+def test_cached_greedy_equals_full_decoder_passes(model_and_greedy):
+    model, cached = model_and_greedy
     uncached = greedy_search(
         model, SOURCE, START, END, max_length=MAX_LENGTH, use_cache=False
     )
@@ -119,6 +122,12 @@ def test_learned_positions_cap_max_length():
     assert tuple(out["tokens"].shape) == (3, 10)
 
 
+@pytest.fixture(scope="module")
+def plain_model():
+    """`make_model()`, for the argument checks (which never decode)."""
+    return make_model()
+
+
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
@@ -134,9 +143,8 @@ def test_learned_positions_cap_max_length():
         ),
     ],
 )
-def test_bad_arguments_raise(kwargs, error, match):
-    model = make_model()
+def test_bad_arguments_raise(plain_model, kwargs, error, match):
     arguments = {"encoder_tokens": SOURCE, "start_id": START, "end_id": END}
     arguments.update(kwargs)
     with pytest.raises(error, match=match):
-        greedy_search(model, **arguments)
+        greedy_search(plain_model, **arguments)

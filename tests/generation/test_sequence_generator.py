@@ -1,5 +1,7 @@
 """`SequenceGenerator`: compiled decoding equals the eager functions."""
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -30,9 +32,37 @@ def model():
 
 
 @pytest.fixture(scope="module")
-def ends_at_once():
-    """A model biased to emit the end id first, in every sentence."""
-    return make_model(end_bias=100.0)
+def compiled(model):
+    """`compiled(strategy)`: one generator per deterministic strategy, shared
+    by the tests (each new one compiles the decoding loop again)."""
+    generators = {}
+
+    def generator(strategy):
+        assert strategy != "sample"  # its seed state advances at every call
+        if strategy not in generators:
+            options = dict(OPTIONS[strategy], max_length=MAX_LENGTH)
+            generators[strategy] = SequenceGenerator(
+                model, strategy, START, END, **options
+            )
+        return generators[strategy]
+
+    return generator
+
+
+@contextlib.contextmanager
+def ending_at_once(model):
+    """`model` biased to emit the end id first, in every sentence: the end
+    id's logit bias at 100 (as `make_model(end_bias=100.0)`), then back.
+    The compiled generators read the weights at each call."""
+    logits = model.get_layer("logits")
+    kernel, bias = logits.get_weights()
+    biased = bias.copy()
+    biased[END] = 100.0
+    logits.set_weights([kernel, biased])
+    try:
+        yield model
+    finally:
+        logits.set_weights([kernel, bias])
 
 
 def eager(strategy, model, **options):
@@ -49,10 +79,9 @@ def assert_same(compiled, expected):
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])
-def test_compiled_equals_eager(model, strategy):
+def test_compiled_equals_eager(model, compiled, strategy):
     options = dict(OPTIONS[strategy], max_length=MAX_LENGTH)
-    generator = SequenceGenerator(model, strategy, START, END, **options)
-    assert_same(generator.generate(SOURCE), eager(strategy, model, **options))
+    assert_same(compiled(strategy).generate(SOURCE), eager(strategy, model, **options))
 
 
 def test_compiled_sampling_is_reproducible(model):
@@ -70,18 +99,22 @@ def test_compiled_sampling_is_reproducible(model):
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
-def test_pad_after_end_when_every_sentence_ends_at_once(ends_at_once, strategy):
+def test_pad_after_end_when_every_sentence_ends_at_once(model, compiled, strategy):
     options = dict(OPTIONS[strategy], max_length=MAX_LENGTH)
-    expected = eager(strategy, ends_at_once, **options)
-    np.testing.assert_array_equal(expected["tokens"][:, 0], END)
-    np.testing.assert_array_equal(expected["tokens"][:, 1:], PAD)
-    if strategy == "beam":
-        # Every kept hypothesis has ended, and so has the search.
-        np.testing.assert_array_equal(
-            np.sum(expected["beam_tokens"] == END, axis=-1), 1
-        )
-    generator = SequenceGenerator(ends_at_once, strategy, START, END, **options)
-    assert_same(generator.generate(SOURCE), expected)
+    if strategy == "sample":
+        generator = SequenceGenerator(model, strategy, START, END, **options)
+    else:
+        generator = compiled(strategy)
+    with ending_at_once(model):
+        expected = eager(strategy, model, **options)
+        np.testing.assert_array_equal(expected["tokens"][:, 0], END)
+        np.testing.assert_array_equal(expected["tokens"][:, 1:], PAD)
+        if strategy == "beam":
+            # Every kept hypothesis has ended, and so has the search.
+            np.testing.assert_array_equal(
+                np.sum(expected["beam_tokens"] == END, axis=-1), 1
+            )
+        assert_same(generator.generate(SOURCE), expected)
 
 
 def test_unknown_strategy_raises(model):

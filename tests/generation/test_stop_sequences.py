@@ -17,10 +17,14 @@ PAD = 0
 PROMPTS = np.array([[2, 7, 9, 0], [2, 5, 0, 0], [2, 11, 12, 13]], "int32")
 
 
+# One layer (here and below): the rules checked hold for any model; every
+# layer is more to compile.
 @pytest.fixture(scope="module")
 def lm():
     keras.utils.set_random_seed(1)
-    return TransformerLM.from_preset("lm_tiny", vocabulary_size=VOCABULARY, dropout=0.0)
+    return TransformerLM.from_preset(
+        "lm_tiny", vocabulary_size=VOCABULARY, dropout=0.0, num_layers=1
+    )
 
 
 def _stopped_reference(tokens, prompt_lengths, stop_sequences):
@@ -72,7 +76,9 @@ def test_token_scores_sum_to_the_raw_score(lm):
         token_scores.sum(axis=1), np.asarray(out["scores"]), rtol=1e-5, atol=1e-5
     )
     keras.utils.set_random_seed(0)
-    model = Transformer.from_preset("transformer_tiny", vocabulary_size=VOCABULARY)
+    model = Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=VOCABULARY, num_layers=1
+    )
     source = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], "int32")
     alpha = 0.6
     out = generate_seq2seq(

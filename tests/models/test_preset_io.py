@@ -79,7 +79,11 @@ def saved_lm(lm_preset):
     return copy
 
 
-@pytest.mark.parametrize("name", ["transformer", "lm", "classifier", "vit"])
+# Dealt out among the backends run side by side (`split_cases`: the i-th
+# case on the i-th of jax, tensorflow, torch, in turn: the transformer,
+# the costliest, on torch).
+@pytest.mark.split_cases
+@pytest.mark.parametrize("name", ["classifier", "lm", "transformer", "vit"])
 def test_every_zoo_model_round_trips_through_a_preset(tmp_path, name):
     model, inputs = tiny_model(name)
     model.save_to_preset(tmp_path, metadata={"description": "a test"})

@@ -120,6 +120,11 @@ def test_an_unknown_position_lists_relative():
 # --- What the models' blocks receive ---------------------------------------------
 
 
+# The cases of the tests below that take a `kind` are dealt out among the
+# backends run side by side (`split_cases`: the i-th case on the i-th of
+# jax, tensorflow, torch): the bias layer's buckets are checked against T5
+# on every backend (tests/layers); here, what each model does with it.
+@pytest.mark.split_cases
 @pytest.mark.parametrize("kind", sorted(STACKS))
 def test_every_block_receives_t5s_bias_with_the_models_weights(received_biases, kind):
     model = make_model(kind, position="relative", **THREE_HEADS)
@@ -217,7 +222,10 @@ def test_lm_cached_decoding_equals_the_full_pass():
     model = make_model("lm", position="relative", **THREE_HEADS)
     tokens = make_inputs("lm", batch_size=2, length=8)
     full = to_numpy(model(tokens))
-    cached = decode_in_steps(model, tokens, model.initial_cache(2, max_length=10))
+    # The cache and prefill of test_a_cached_step_receives_the_bias_at_its_
+    # cache_index (JAX compiles each op once for each shape it meets).
+    cache = model.initial_cache(2, max_length=9)
+    cached = decode_in_steps(model, tokens, cache, prefill=4)
     np.testing.assert_allclose(cached, full, atol=1e-5)
 
 

@@ -191,10 +191,15 @@ def test_length_penalty_alpha_outside_its_range_is_refused(seq2seq, alpha):
 
 
 def teacher_forced_log_prob(model, source, target):
-    """Summed log-probabilities of `target` (end included) from one full pass."""
+    """Summed log-probabilities of `target` (end included) from one full pass.
+
+    The pass reads the whole row, what follows its end too: every row is
+    then one shape (one compilation on JAX), and the decoder is causal, so
+    the positions up to the end see only what precedes them.
+    """
     ends = np.flatnonzero(target == END)
     length = ends[0] + 1 if len(ends) else len(target)
-    decoder_tokens = np.concatenate([[START], target[: length - 1]])[None]
+    decoder_tokens = np.concatenate([[START], target[:-1]])[None]
     logits = model({"encoder_tokens": source[None], "decoder_tokens": decoder_tokens})
     logits = np.asarray(keras.ops.convert_to_numpy(logits), "float64")[0]
     logits[:, [PAD, START]] = -np.inf  # never generated

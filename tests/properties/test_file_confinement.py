@@ -20,6 +20,10 @@ from keras_attn.models import TransformerLM, preset_io
 from keras_attn.text import SubwordTokenizer, TextGenerator, Translator
 from keras_attn.training import AtomicBackupAndRestore
 
+# File handling, the same code on every backend: side by side it runs on
+# torch only (`split_backend`); a one-backend run runs it.
+pytestmark = pytest.mark.split_backend("torch")
+
 # --- Backups --------------------------------------------------------------
 
 X = np.random.default_rng(0).normal(size=(16, 4)).astype("float32")

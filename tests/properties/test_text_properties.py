@@ -27,6 +27,10 @@ from keras_attn.text import (
     make_translation_dataset,
 )
 
+# Arguments checked before any work, by code that is the same on every
+# backend: side by side it runs on torch only (`split_backend`).
+pytestmark = pytest.mark.split_backend("torch")
+
 SENTENCES = [
     "a dog runs in the park",
     "two cats sleep on a red sofa",

@@ -30,7 +30,11 @@ from keras_attn_recipes.translation_steps import AtomicEpochCheckpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "translate_multi30k.py"
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+# One intra-op thread per recipe process, as in the test process
+# (tests/conftest.py): torch's thread pool, sized by OMP_NUM_THREADS, waits
+# for all of its threads at every op, which on busy cores costs more than
+# it gains on the tiny setting's tensors.
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMP_NUM_THREADS="1")
 
 # A process that holds a run directory's lock until it is killed.
 HOLDER = textwrap.dedent(

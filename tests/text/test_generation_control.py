@@ -25,8 +25,10 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def translator(tokenizer):
     keras.utils.set_random_seed(0)
+    # One layer (and in the language models below): the controls act on
+    # the decoding loop whatever the depth; every layer is more to compile.
     model = Transformer.from_preset(
-        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
+        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size, num_layers=1
     )
     return Translator(
         model, tokenizer, sampler=BeamSampler(num_beams=3), max_length=MAX_LENGTH
@@ -86,7 +88,7 @@ def test_prefix_is_kept_verbatim_and_processors_apply(translator, tokenizer):
 def test_text_generator_takes_processors(tokenizer):
     keras.utils.set_random_seed(0)
     model = TransformerLM.from_preset(
-        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0
+        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0, num_layers=1
     )
     generator = TextGenerator(model, tokenizer, max_length=MAX_LENGTH + 4)
     ids, _ = generator.generate_ids(["A dog"], processors=[NoRepeatNGram(1)])
@@ -134,7 +136,7 @@ def test_streamed_translation_end_ids_and_raw_scores(translator, tokenizer):
 def test_streamed_text_generation_with_stop_strings(tokenizer):
     keras.utils.set_random_seed(0)
     model = TransformerLM.from_preset(
-        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0
+        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0, num_layers=1
     )
     generator = TextGenerator(
         model, tokenizer, sampler=TopKSampler(k=5, seed=4), max_length=MAX_LENGTH + 6

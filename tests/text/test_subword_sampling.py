@@ -22,6 +22,10 @@ from keras_attn.text.subword_sampling import (
     segmentation_candidates,
 )
 
+# TensorFlow and SentencePiece code (`tf.data`, ragged tensors) whatever
+# the Keras backend: one backend runs it when they run side by side.
+pytestmark = pytest.mark.split_backend("torch")
+
 BUDGET = 256
 
 

@@ -30,6 +30,8 @@ from keras_attn.text import (
 from keras_attn.thread_safety import model_lock, predict_lock
 
 THREADS, CALLS = 4, 3
+# The models have one layer: sharing is the point, and every layer is more
+# to compile.
 # One list of texts per thread, each a different batch of the same shape
 # (two texts to decode, at most 15 pieces: one compiled program).
 TEXTS = [
@@ -67,7 +69,7 @@ def run_together(call, arguments):
 def test_threads_sharing_a_translator_get_the_sequential_translations(tokenizer):
     keras.utils.set_random_seed(0)
     model = Transformer.from_preset(
-        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
+        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size, num_layers=1
     )
     translator = Translator(
         model, tokenizer, strategy="greedy", max_length=6, length_multiple=16
@@ -83,7 +85,7 @@ def test_threads_sharing_a_text_generator_get_the_sequential_texts(tokenizer):
     # threads ask for them, run at once.
     keras.utils.set_random_seed(0)
     model = TransformerLM.from_preset(
-        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0
+        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0, num_layers=1
     )
     generator = TextGenerator(model, tokenizer, max_length=10)
     arguments = [(texts, 10 + 2 * (i % 2)) for i, texts in enumerate(PROMPTS)]
@@ -98,7 +100,7 @@ def test_threads_sharing_a_seeded_sampler_get_each_draw_once(tokenizer):
     # calls get the draws of sequential calls, each once, in some order.
     keras.utils.set_random_seed(0)
     model = TransformerLM.from_preset(
-        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0
+        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0, num_layers=1
     )
     prompts = ["A dog", "Two men"]
     sampler = TopKSampler(k=10, temperature=1.5, seed=5)
@@ -119,6 +121,7 @@ def test_threads_sharing_a_classifier_get_the_sequential_probabilities(tokenizer
         "encoder_classifier_tiny",
         vocabulary_size=tokenizer.vocabulary_size,
         num_classes=3,
+        num_layers=1,
     )
     classifier = TextClassifier(model, tokenizer, sequence_length=8)
     results = run_together(classifier.predict_proba, TEXTS)
@@ -133,7 +136,9 @@ def test_two_generators_over_one_model_run_in_threads():
     # Beam and greedy generators share the model's variables: on JAX each
     # donated them under the other's feet.
     keras.utils.set_random_seed(0)
-    model = Transformer.from_preset("transformer_tiny", vocabulary_size=24)
+    model = Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=24, num_layers=1
+    )
     generators = [
         SequenceGenerator(model, "greedy", max_length=5),
         SequenceGenerator(model, "beam", beam_size=2, max_length=5),

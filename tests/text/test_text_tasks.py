@@ -27,15 +27,30 @@ def tokenizer():
     return SubwordTokenizer.train(captions[:200], 120)
 
 
+# The models have one layer: the tasks' strings, options and compiled
+# loops are the same for any depth, and every layer is more to compile
+# (and, for `torch.compile`, to trace).
 @pytest.fixture(scope="module")
 def lm_preset(tokenizer, tmp_path_factory):
     keras.utils.set_random_seed(0)
     model = TransformerLM.from_preset(
-        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0
+        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, dropout=0.0, num_layers=1
     )
     directory = tmp_path_factory.mktemp("lm_preset")
     model.save_to_preset(directory, tokenizer=tokenizer)
     return directory, model
+
+
+@pytest.fixture(scope="module")
+def seq2seq(tokenizer):
+    """A `Transformer` for the tests that build a `Translator` (never
+    trained or changed: only the translators differ)."""
+    from keras_attn.models import Transformer
+
+    keras.utils.set_random_seed(0)
+    return Transformer.from_preset(
+        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size, num_layers=1
+    )
 
 
 def reference_continuations(model, tokenizer, prompts, **options):
@@ -74,19 +89,14 @@ def test_seeded_sampling_on_strings_is_reproducible(lm_preset):
     assert all(isinstance(text, str) for text in texts[0])
 
 
-def test_jit_compile_reaches_the_decoding_loop(lm_preset, tokenizer):
+def test_jit_compile_reaches_the_decoding_loop(lm_preset, seq2seq, tokenizer):
     """`jit_compile` compiles the generators (`"auto"`: Keras's default)."""
-    from keras_attn.models import Transformer
-
     directory, model = lm_preset
     for value in (True, False):
         generator = TextGenerator.from_preset(
             directory, max_length=MAX_LENGTH, jit_compile=value
         )
         assert generator._generator(generator.sampler, MAX_LENGTH).jit_compile is value
-    seq2seq = Transformer.from_preset(
-        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
-    )
     translator = Translator(seq2seq, tokenizer, strategy="greedy", jit_compile=False)
     assert translator.generator.jit_compile is False
 
@@ -117,18 +127,15 @@ JIT_COMPILE_REFUSED = [
 
 
 @pytest.mark.parametrize("value, kept", JIT_COMPILE_ACCEPTED)
-def test_jit_compile_accepts_auto_and_booleans(lm_preset, tokenizer, value, kept):
-    from keras_attn.models import Transformer
-
+def test_jit_compile_accepts_auto_and_booleans(
+    lm_preset, seq2seq, tokenizer, value, kept
+):
     _, model = lm_preset
     generator = TextGenerator(
         model, tokenizer, max_length=MAX_LENGTH, jit_compile=value
     )
     # A Python `bool` (or "auto"), whatever boolean was given.
     assert generator.jit_compile is kept
-    seq2seq = Transformer.from_preset(
-        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
-    )
     translator = Translator(seq2seq, tokenizer, strategy="greedy", jit_compile=value)
     if kept != "auto":  # "auto" leaves the generator uncompiled: Keras decides.
         assert translator.generator.jit_compile is kept
@@ -136,14 +143,9 @@ def test_jit_compile_accepts_auto_and_booleans(lm_preset, tokenizer, value, kept
 
 @pytest.mark.parametrize("value, error, shown", JIT_COMPILE_REFUSED)
 def test_jit_compile_refuses_anything_else_by_name(
-    lm_preset, tokenizer, value, error, shown
+    lm_preset, seq2seq, tokenizer, value, error, shown
 ):
-    from keras_attn.models import Transformer
-
     _, model = lm_preset
-    seq2seq = Transformer.from_preset(
-        "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
-    )
     for task in (
         lambda: TextGenerator(model, tokenizer, jit_compile=value),
         lambda: Translator(seq2seq, tokenizer, jit_compile=value),
@@ -160,7 +162,7 @@ def test_jit_compile_refuses_anything_else_by_name(
     reason="torch.compile: JAX and TensorFlow compile by default",
 )
 def test_torch_compiled_generation_on_strings_equals_eager(
-    tokenizer, tmp_path, monkeypatch
+    lm_preset, tokenizer, monkeypatch
 ):
     # `jit_compile=True` on torch: Keras hands the whole decoding loop to
     # `torch.compile`; the strings are those of eager `generate_lm`.
@@ -178,15 +180,9 @@ def test_torch_compiled_generation_on_strings_equals_eager(
         return torch_compile(*args, **dict(kwargs, backend="aot_eager"))
 
     monkeypatch.setattr(torch, "compile", compile_with_aot_eager)
-    # One layer: Dynamo traces the Python of every layer (a minute or more
-    # per layer on a busy 2-core machine); what is checked holds for any.
-    keras.utils.set_random_seed(0)
-    model = TransformerLM.from_preset(
-        "lm_tiny", vocabulary_size=tokenizer.vocabulary_size, num_layers=1
-    )
-    model.save_to_preset(tmp_path, tokenizer=tokenizer)
+    directory, model = lm_preset
     generator = TextGenerator.from_preset(
-        tmp_path, max_length=MAX_LENGTH, jit_compile=True
+        directory, max_length=MAX_LENGTH, jit_compile=True
     )
     texts = generator.generate(PROMPTS)
     assert compile_calls == ["inductor"]  # Keras's predict step, once
@@ -213,6 +209,7 @@ def classifier_preset(tokenizer, tmp_path_factory):
         vocabulary_size=tokenizer.vocabulary_size,
         num_classes=3,
         pooling="mean",
+        num_layers=1,
     )
     directory = tmp_path_factory.mktemp("classifier_preset")
     model.save_to_preset(
@@ -268,21 +265,11 @@ HOSTILE_TEXTS = [
 
 @pytest.mark.parametrize("value, error, message", HOSTILE_TEXTS)
 def test_text_tasks_refuse_dicts_scalars_and_lone_surrogates(
-    lm_preset, classifier_preset, tokenizer, value, error, message
+    lm_preset, classifier_preset, seq2seq, tokenizer, value, error, message
 ):
-    from keras_attn.models import Transformer
-    from keras_attn.text import Translator
-
     _, lm = lm_preset
     _, classifier = classifier_preset
-    translator = Translator(
-        Transformer.from_preset(
-            "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size
-        ),
-        tokenizer,
-        strategy="greedy",
-        max_length=4,
-    )
+    translator = Translator(seq2seq, tokenizer, strategy="greedy", max_length=4)
     calls = {
         "sentences": lambda: translator.translate(value),
         "prompts": lambda: TextGenerator(lm, tokenizer, max_length=8).generate(value),
@@ -302,16 +289,22 @@ def test_a_one_dimensional_string_array_is_a_list_of_texts(lm_preset, tokenizer)
 
 def test_second_call_with_a_new_prompt_width_works(lm_preset, tokenizer):
     # TensorFlow retraced the second width as `(batch, None)` and failed.
+    # Prompt widths 4 and 12 (4 and 11 ids with the start id).
     _, model = lm_preset
-    generator = TextGenerator(model, tokenizer, max_length=32, length_multiple=4)
+    generator = TextGenerator(model, tokenizer, max_length=16, length_multiple=4)
     short, long = ["A dog"], ["Two men are talking in"]
+    expected = {}  # eager `generate_lm`, once per prompt
     for prompts in (short, long, short):
         texts = generator.generate(prompts)
-        pieces = tokenizer.tokenize(prompts).to_list()
-        ids = np.array([[tokenizer.start_id, *pieces[0]]], "int32")
-        out = generate_lm(model, ids, 32, end_id=tokenizer.end_id)
-        expected = tokenizer.detokenize(np.asarray(out["tokens"])).numpy()
-        assert texts == [text.decode("utf-8") for text in expected]
+        if prompts[0] not in expected:
+            pieces = tokenizer.tokenize(prompts).to_list()
+            ids = np.array([[tokenizer.start_id, *pieces[0]]], "int32")
+            out = generate_lm(model, ids, 16, end_id=tokenizer.end_id)
+            expected[prompts[0]] = [
+                text.decode("utf-8")
+                for text in tokenizer.detokenize(np.asarray(out["tokens"])).numpy()
+            ]
+        assert texts == expected[prompts[0]]
 
 
 def test_translator_sources_longer_than_learned_positions(tokenizer):
@@ -324,6 +317,7 @@ def test_translator_sources_longer_than_learned_positions(tokenizer):
         vocabulary_size=tokenizer.vocabulary_size,
         position="learned",
         max_sequence_length=12,
+        num_layers=1,
     )
     with pytest.raises(
         ValueError, match="max_sequence_length=12.*max_source_length=200"

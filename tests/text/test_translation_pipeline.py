@@ -17,6 +17,9 @@ from keras_attn.text import (
 
 BUDGET = 256
 BUCKETS = (8, 12, 16, 24, 32, 48, 64, 96, 128)
+# The pipeline is `tf.data` whatever the Keras backend: one backend runs its
+# tests when they run side by side, all but the one that trains a model.
+tf_data_only = pytest.mark.split_backend("torch")
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +74,7 @@ def _expected_pairs(corpus, tokenizer):
     return collections.Counter(zip(*round_trip))
 
 
+@tf_data_only
 def test_batches_respect_budget_and_bucket_shapes(two_epochs):
     dataset, batches, _ = two_epochs
     spec = dataset.element_spec
@@ -88,6 +92,7 @@ def test_batches_respect_budget_and_bucket_shapes(two_epochs):
         assert real.max() > (smaller[-1] if smaller else 0)
 
 
+@tf_data_only
 def test_teacher_forcing_layout(two_epochs, tokenizer):
     for encoder_tokens, decoder_tokens, labels in two_epochs[1][:4]:
         for source, decoder_row, label_row in zip(
@@ -106,6 +111,7 @@ def test_teacher_forcing_layout(two_epochs, tokenizer):
             assert tokenizer.end_id not in decoder_row
 
 
+@tf_data_only
 def test_every_pair_once_per_epoch(two_epochs, corpus, tokenizer):
     first = _pairs(two_epochs[1], tokenizer)
     second = _pairs(two_epochs[2], tokenizer)
@@ -114,6 +120,7 @@ def test_every_pair_once_per_epoch(two_epochs, corpus, tokenizer):
     assert first != second  # Reshuffled for the second epoch.
 
 
+@tf_data_only
 def test_seed_makes_order_reproducible(corpus, tokenizer):
     def order(seed):
         dataset = make_translation_dataset(
@@ -126,11 +133,13 @@ def test_seed_makes_order_reproducible(corpus, tokenizer):
     assert first != order(8)
 
 
+@tf_data_only
 def test_cardinality_is_the_number_of_batches(two_epochs):
     dataset, first, _ = two_epochs
     assert int(dataset.cardinality()) == len(first)
 
 
+@tf_data_only
 def test_epoch_seeded_order_depends_on_seed_and_epoch_only(corpus, tokenizer):
     def dataset(callback):
         return make_translation_dataset(
@@ -159,6 +168,7 @@ def test_epoch_seeded_order_depends_on_seed_and_epoch_only(corpus, tokenizer):
     assert labels_of(dataset(resumed)) == epochs[2]
 
 
+@tf_data_only
 def test_epoch_seeded_shuffle_needs_a_seeded_shuffled_pass(corpus, tokenizer):
     with pytest.raises(ValueError, match="seed=None"):
         make_translation_dataset(
@@ -166,6 +176,7 @@ def test_epoch_seeded_shuffle_needs_a_seeded_shuffled_pass(corpus, tokenizer):
         )
 
 
+@tf_data_only
 def test_long_pairs_are_truncated_with_one_warning(corpus, tokenizer):
     sources, targets = corpus
     max_length = 16
@@ -183,6 +194,7 @@ def test_long_pairs_are_truncated_with_one_warning(corpus, tokenizer):
     assert sum(len(labels) for _, _, labels in batches) == len(sources)
 
 
+@tf_data_only
 def test_pad_remainder_and_repeat_give_one_shape_per_bucket(corpus, tokenizer):
     dataset = make_translation_dataset(
         *corpus, tokenizer, max_tokens_per_batch=BUDGET, pad_remainder=True
@@ -200,6 +212,7 @@ def test_pad_remainder_and_repeat_give_one_shape_per_bucket(corpus, tokenizer):
         assert labels.shape == (BUDGET // labels.shape[1], labels.shape[1])
 
 
+@tf_data_only
 def test_padded_baseline_has_one_shape(corpus, tokenizer):
     dataset = make_padded_dataset(
         *corpus, tokenizer, sequence_length=128, batch_size=32, pad_remainder=True
@@ -211,6 +224,7 @@ def test_padded_baseline_has_one_shape(corpus, tokenizer):
     assert collections.Counter(pairs) == _expected_pairs(corpus, tokenizer)
 
 
+@tf_data_only
 def test_padding_statistics_counts_and_bucketing_saves(two_epochs, corpus, tokenizer):
     encoder_tokens = tf.constant([[5, 3, 0, 0], [6, 7, 8, 3]])
     labels = tf.constant([[9, 3, 0, 0], [3, 0, 0, 0]])
@@ -240,6 +254,7 @@ def test_padding_statistics_counts_and_bucketing_saves(two_epochs, corpus, token
     assert bucketed["target_padding"] < fixed["target_padding"]
 
 
+@tf_data_only
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
@@ -256,6 +271,7 @@ def test_invalid_arguments_are_named(corpus, tokenizer, kwargs, error, match):
         make_translation_dataset(*corpus, tokenizer, **kwargs)
 
 
+@tf_data_only
 def test_invalid_corpus_is_rejected(corpus, tokenizer):
     sources, targets = corpus
     with pytest.raises(ValueError, match=r"len\(sources\)=300, len\(targets\)=299"):
@@ -266,6 +282,7 @@ def test_invalid_corpus_is_rejected(corpus, tokenizer):
         make_padded_dataset(sources, targets, tokenizer, batch_size=0)
 
 
+@tf_data_only
 def test_custom_buckets(corpus, tokenizer):
     dataset = make_translation_dataset(
         *corpus,
@@ -307,6 +324,7 @@ def test_model_fit_consumes_the_dataset(corpus, tokenizer):
     assert np.isfinite(history.history["loss"][0])
 
 
+@tf_data_only
 def test_repeat_batches_stacks_each_batch_and_keeps_static_shapes():
     import tensorflow as tf
 

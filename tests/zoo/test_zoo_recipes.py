@@ -4,6 +4,13 @@ Each run must beat the untrained model by a real margin, not just finish:
 ViT digits accuracy above 0.5 (chance is 0.1), BBC News accuracy above 0.5
 (chance 0.2, five topics), Multi30k validation perplexity down by 70 % or
 more.
+
+A recipe chooses its backend (`--backend`, here the test's) and its code
+is the same on each: when the backends run side by side, each recipe runs
+on one of them (`split_backend`). The language model and BBC News on
+torch, where they train eagerly: 14 and 22 CPU seconds, against 31 and 30
+on JAX and 47 and 37 on TensorFlow, most of it compilation. The digits
+ViT costs JAX and torch the same (16 s): on JAX.
 """
 
 import json
@@ -40,6 +47,7 @@ def run(module_name, output_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.split_backend("jax")
 def test_vit_digits_learns(tmp_path):
     summary = run("vit_digits", tmp_path)
     assert summary["untrained_test_accuracy"] < 0.3
@@ -47,6 +55,7 @@ def test_vit_digits_learns(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.split_backend("torch")
 def test_classify_text_learns(tmp_path):
     summary = run("classify_text", tmp_path)
     assert summary["classes"] == [
@@ -61,6 +70,7 @@ def test_classify_text_learns(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.split_backend("torch")
 def test_language_model_learns_and_samples(tmp_path):
     summary = run("language_model_multi30k", tmp_path)
     before = summary["untrained_validation"]["piece_perplexity"]
