@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from onnx_client import translate_in_client  # noqa: E402
 
 README_SENTENCES = ["A dog runs.", "A dog is running on the beach.", ""]
-TEST_SENTENCES = 20  # of Multi30k's test_2016_flickr (all 103 agree: docs/serving.md)
+TEST_SENTENCES = 20  # of Multi30k's test_2016_flickr
 
 
 def multi30k_test_sentences(count):
@@ -45,29 +45,33 @@ def multi30k_test_sentences(count):
         return [line.rstrip("\n") for _, line in zip(range(count), lines)]
 
 
-def test_shipped_preset_greedy_translations_equal_the_translator(tmp_path):
-    translator = Translator.from_preset("multi30k_en_de", strategy="greedy")
-    directory = export_onnx_translator(
-        translator.model, translator.tokenizer, tmp_path / "onnx", strategy="greedy"
-    )
-    sentences = README_SENTENCES + multi30k_test_sentences(TEST_SENTENCES)
-    served = translate_in_client(directory, sentences)
-    assert served["texts"] == translator.translate(sentences)
-    assert served["texts"][0] == "Ein Hund rennt."  # German, from ONNX Runtime
-    assert served["ids"] == translator.translate_ids(sentences)[0]
+@pytest.fixture(scope="module")
+def tokenizer():
+    return SubwordTokenizer.train(multi30k_test_sentences(200), vocabulary_size=120)
 
 
-def test_beam_search_ids_equal_the_translator(tmp_path):
-    # A random tiny model: the beams' ids still have to agree exactly. One
-    # layer: tf2onnx's time grows with the graph, and the shipped preset
-    # above converts four.
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    """A random tiny model: the ids still have to agree exactly. One layer:
+    tf2onnx's time grows with the graph, and every layer converts alike."""
     keras.utils.set_random_seed(3)
-    tokenizer = SubwordTokenizer.train(
-        multi30k_test_sentences(200), vocabulary_size=120
-    )
-    model = Transformer.from_preset(
+    return Transformer.from_preset(
         "transformer_tiny", vocabulary_size=tokenizer.vocabulary_size, num_layers=1
     )
+
+
+def test_greedy_translations_equal_the_translator(model, tokenizer, tmp_path):
+    directory = export_onnx_translator(
+        model, tokenizer, tmp_path / "onnx", strategy="greedy"
+    )
+    sentences = README_SENTENCES + multi30k_test_sentences(TEST_SENTENCES)
+    expected = Translator(model, tokenizer, strategy="greedy")
+    served = translate_in_client(directory, sentences)
+    assert served["ids"] == expected.translate_ids(sentences)[0]
+    assert served["texts"] == expected.translate(sentences)
+
+
+def test_beam_search_ids_equal_the_translator(model, tokenizer, tmp_path):
     options = dict(beam_size=3, length_penalty_alpha=0.6)
     # Over a previous export: replaced whole, not merged into.
     previous = tmp_path / "onnx"
