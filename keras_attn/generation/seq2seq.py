@@ -1,5 +1,6 @@
 """Decoding for `keras_attn.models.Transformer` with any sampler."""
 
+import keras
 from keras import ops
 
 from keras_attn.generation import samplers as samplers_lib
@@ -29,8 +30,11 @@ def _step_state(model, encoder_tokens, max_length, beams, use_cache):
     """Runs the encoder once; returns the step's state (a cache, or not)."""
     encoder_output, encoder_mask = model.encode(encoder_tokens)
     if beams > 1:
-        # Every beam of a sentence shares its encoder output: (batch * beams, ...).
-        encoder_output = ops.repeat(encoder_output, beams, axis=0)
+        # Every beam of a sentence shares its encoder output: (batch * beams, ...)
+        # (a tuple of outputs for a `TransformerEnsemble`).
+        encoder_output = keras.tree.map_structure(
+            lambda output: ops.repeat(output, beams, axis=0), encoder_output
+        )
         encoder_mask = ops.repeat(encoder_mask, beams, axis=0)
     if use_cache:
         return model.initial_cache(encoder_output, encoder_mask, max_length)

@@ -11,6 +11,7 @@ from keras_attn.models.transformer import Transformer
 from keras_attn.models.transformer_encoder_classifier import (
     TransformerEncoderClassifier,
 )
+from keras_attn.models.transformer_ensemble import TransformerEnsemble
 from keras_attn.models.transformer_layout import transformer_layout_map
 from keras_attn.models.transformer_lm import TransformerLM
 from keras_attn.models.vision_transformer import VisionTransformer
@@ -23,6 +24,7 @@ __all__ = [
     "VIT_PRESETS",
     "Transformer",
     "TransformerEncoderClassifier",
+    "TransformerEnsemble",
     "TransformerLM",
     "VisionTransformer",
     "ZooModel",

@@ -10,6 +10,7 @@ This subpackage needs TensorFlow, tensorflow-text, sentencepiece and sacrebleu
 from keras_attn.text.batch_repeat import repeat_batches
 from keras_attn.text.bleu import BleuReport, corpus_bleu
 from keras_attn.text.epoch_seeded_shuffle import EpochSeededShuffle
+from keras_attn.text.minimum_bayes_risk import minimum_bayes_risk
 from keras_attn.text.parallel_corpus import (
     MULTI30K_DIR,
     load_multi30k,
@@ -39,6 +40,7 @@ __all__ = [
     "load_parallel_corpus",
     "make_padded_dataset",
     "make_translation_dataset",
+    "minimum_bayes_risk",
     "padding_statistics",
     "read_lines",
     "repeat_batches",

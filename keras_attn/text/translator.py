@@ -45,6 +45,36 @@ def _with_preset_beam_options(directory, options, beam_size, length_penalty_alph
     return options
 
 
+def _load_ensemble(presets, dtype):
+    """`(first directory, TransformerEnsemble, tokenizer)` of several presets."""
+    from keras_attn.hf import files
+    from keras_attn.models import Transformer, TransformerEnsemble
+
+    if not presets:
+        raise ValueError(
+            "`preset` must name at least one preset. Received: preset=[]"
+        )
+    loaded = []
+    for i, preset in enumerate(presets):
+        if files.is_hf_checkpoint(preset):
+            raise ValueError(
+                "An ensemble is made of keras-attn presets (shipped names or "
+                "directories of `save_to_preset`), not Hugging Face "
+                f"checkpoints. Received: preset[{i}]={str(preset)!r}"
+            )
+        loaded.append(load_preset(preset, Transformer, dtype))
+    tokenizer = loaded[0][2]
+    for i, (_, _, other) in enumerate(loaded[1:], start=1):
+        if other.model_proto != tokenizer.model_proto:
+            raise ValueError(
+                "The presets of an ensemble must share one tokenizer. "
+                f"Received: preset[{i}]={str(presets[i])!r}, whose tokenizer "
+                f"differs from that of preset[0]={str(presets[0])!r}"
+            )
+    ensemble = TransformerEnsemble([model for _, model, _ in loaded])
+    return loaded[0][0], ensemble, tokenizer
+
+
 def _check_return_scores(return_scores):
     """`return_scores`: `False`, `True` or `"raw"`."""
     if isinstance(return_scores, str):
@@ -259,7 +289,10 @@ class Translator:
             preset: the name of a shipped trained preset, such as
                 `"multi30k_en_de"` (see `keras_attn.models.list_presets()`),
                 or the path of a directory written by
-                `Transformer.save_to_preset(directory, tokenizer=...)`.
+                `Transformer.save_to_preset(directory, tokenizer=...)`; or
+                a list of them, decoded together as a
+                `keras_attn.models.TransformerEnsemble` (they must share one
+                tokenizer; the beam settings are the first one's).
             strategy: `"beam"`, `"greedy"` or `"sample"`. Defaults to
                 `None`, meaning `"beam"` unless `sampler` is given.
             beam_size: int. Defaults to `None`, meaning the preset's
@@ -286,7 +319,9 @@ class Translator:
         """
         from keras_attn.hf import files
 
-        if files.is_hf_checkpoint(preset):  # "hf://owner/name" or its directory
+        if isinstance(preset, (list, tuple)):
+            directory, model, tokenizer = _load_ensemble(preset, dtype)
+        elif files.is_hf_checkpoint(preset):  # "hf://owner/name" or its directory
             # The family of its model_type (Marian, T5) loads it.
             directory = files.resolve_checkpoint(preset)
             model_type = files.read_config(directory)["model_type"]
@@ -307,9 +342,10 @@ class Translator:
                 sampler=sampler,
                 **options,
             )
-        from keras_attn.models import Transformer
+        else:
+            from keras_attn.models import Transformer
 
-        directory, model, tokenizer = load_preset(preset, Transformer, dtype)
+            directory, model, tokenizer = load_preset(preset, Transformer, dtype)
         if sampler is not None:
             return cls(model, tokenizer, strategy=strategy, sampler=sampler, **options)
         strategy = "beam" if strategy is None else strategy
