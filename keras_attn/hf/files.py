@@ -6,7 +6,7 @@ A checkpoint is a directory in the Hugging Face layout:
 config.json                       # model_type and the architecture
 model.safetensors                 # or model-0000i-of-0000n.safetensors
 model.safetensors.index.json      #   with the index of a sharded one
-tokenizer.json / tokenizer.model  # the tokenizer's files
+tokenizer.json / tokenizer.model / spiece.model  # the tokenizer
 ```
 
 `resolve_checkpoint` finds it (a local directory, or `hf://owner/name`
