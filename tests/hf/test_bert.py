@@ -216,3 +216,38 @@ def test_text_pairs_equal_transformers(hf_bert_classifier):
         classifier.predict(TEXTS, pairs=["A dog."])
     with pytest.raises(TypeError, match="pairs"):
         classifier.predict(TEXTS, pairs="A dog.")
+
+
+def test_export_to_transformers_round_trips(hf_bert_classifier, tmp_path):
+    """Loaded, exported, loaded by `transformers`: the same logits and ids."""
+    import keras_attn.hf
+
+    directory, hf_model = hf_bert_classifier
+    classifier = TextClassifier.from_preset(str(directory), sequence_length=12)
+    exported = keras_attn.hf.export_to_transformers(
+        classifier.model, classifier.tokenizer, tmp_path / "export"
+    )
+    reloaded = transformers.BertForSequenceClassification.from_pretrained(
+        exported, attn_implementation="eager"
+    ).eval()
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    again = transformers.AutoTokenizer.from_pretrained(exported)
+    assert again(TEXTS)["input_ids"] == theirs(TEXTS)["input_ids"]
+    batch = theirs(
+        TEXTS, padding="max_length", truncation=True, max_length=12, return_tensors="np"
+    )
+    segments = np.zeros_like(batch["input_ids"])
+    segments[:, 6:] = 1  # both token types' embeddings
+    expected = hf_outputs(hf_model, batch["input_ids"], segments).logits.numpy()
+    got = hf_outputs(reloaded, batch["input_ids"], segments).logits.numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    # A model with an option BERT lacks is refused, the option named.
+    pre_norm = TransformerEncoderClassifier(
+        **{
+            **bert.model_arguments(json.loads((directory / "config.json").read_text()), 3),
+            "normalize_first": True,
+        }
+    )
+    with pytest.raises(ValueError, match=r"Received: normalize_first=True"):
+        keras_attn.hf.export_to_transformers(pre_norm, None, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
