@@ -294,7 +294,8 @@ class MarianTokenizer(SubwordTokenizer):
 
         Marian's files (`save`) go to `assets/tokenizer/`; `tokenizer.json`
         at the top of the preset holds `get_config()`, the class name and
-        that folder. A model's `save_to_preset(directory, tokenizer=...)`
+        the path of `source.spm` there (`model_file`, as a
+        `SubwordTokenizer` preset names its model file). A model's `save_to_preset(directory, tokenizer=...)`
         calls this, and `Translator.from_preset(directory)` reads it back
         (`from_preset`).
 
@@ -306,7 +307,7 @@ class MarianTokenizer(SubwordTokenizer):
         config = {
             "class_name": type(self).__name__,
             **self.get_config(),
-            "folder": PRESET_ASSETS_DIR,
+            "model_file": f"{PRESET_ASSETS_DIR}/{SOURCE_MODEL_FILE}",
         }
         (directory / PRESET_CONFIG_FILE).write_text(
             json.dumps(config, indent=2) + "\n", encoding="utf-8"
@@ -328,15 +329,16 @@ class MarianTokenizer(SubwordTokenizer):
 
         directory = preset_directory(preset)
         config = read_preset_file(directory, PRESET_CONFIG_FILE)
-        folder = confined_path(
+        source_model = confined_path(
             directory,
-            config["folder"],
+            config["model_file"],
             repr(str(directory / PRESET_CONFIG_FILE)),
-            what="tokenizer folder",
+            what="tokenizer model file",
             folder="the preset",
         )
+        folder = source_model.parent
         for name in (SOURCE_MODEL_FILE, TARGET_MODEL_FILE, VOCABULARY_FILE):
-            preset_file(directory, f"{config['folder']}/{name}")  # not outside
+            preset_file(directory, str(folder.relative_to(directory) / name))
         tokenizer = cls.load(folder)
         saved = {key: config.get(key) for key in ("vocabulary_size", "pad_id", "end_id")}
         actual = {key: tokenizer.get_config()[key] for key in saved}
