@@ -52,6 +52,7 @@ from keras_attn.hf.files import (
     assign_weights,
     check_all_used,
     check_overrides,
+    invert_mapping,
     refuse_config_field,
     take,
     with_flash_attention,
@@ -433,7 +434,6 @@ def export(model, directory):
     Returns:
         The directory as a `pathlib.Path`.
     """
-    import keras
     from safetensors.numpy import save_file
 
     if not isinstance(model, TransformerEncoderClassifier):
@@ -444,31 +444,9 @@ def export(model, directory):
     config = _bert_config(model)
     _check_exportable(model, config)
     arguments = model_arguments(config, model.num_classes)
-    # The load mapping, run on index arrays: each of our weights comes back
-    # as the positions in BERT's tensors that its values fill.
-    shapes, offsets, total = {}, {}, 0
-
-    def positions(name, shape):
-        nonlocal total
-        shapes[name], offsets[name] = shape, total
-        size = int(np.prod(shape))
-        total += size
-        return np.arange(offsets[name], offsets[name] + size).reshape(shape)
-
-    index = _to_ours(positions, arguments, "bert.", True, True)
-    values = {
-        variable.path: keras.ops.convert_to_numpy(
-            keras.ops.cast(variable, "float32")
-        )
-        for variable in model.weights
-    }
-    flat = np.zeros(total, "float32")
-    for path, where in index.items():
-        flat[where.ravel()] = values[path].ravel()
-    tensors = {
-        name: flat[offsets[name] : offsets[name] + int(np.prod(shape))].reshape(shape)
-        for name, shape in shapes.items()
-    }
+    tensors = invert_mapping(
+        model, lambda get: _to_ours(get, arguments, "bert.", True, True)
+    )
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})

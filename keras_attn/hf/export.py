@@ -5,7 +5,8 @@ checkpoint (`keras_attn.hf.files.family`): a `Transformer` is written as a
 Marian (`MarianMTModel`) checkpoint by `keras_attn.hf.marian`, a
 `TransformerLM` as a Llama-family one by `keras_attn.hf.llama`, a
 `TransformerEncoderClassifier` as a BERT one (`BertForSequenceClassification`)
-by `keras_attn.hf.bert`. Each family
+by `keras_attn.hf.bert`; `model_type="t5"` writes a `Transformer` with T5's
+options as T5 (`keras_attn.hf.t5`). Each family
 refuses, naming the option, a model it cannot express exactly.
 """
 
@@ -38,8 +39,8 @@ def export_to_transformers(model, tokenizer, directory, model_type=None):
             `keras_attn.text.SubwordTokenizer`, or the tokenizer loaded
             with the checkpoint), or `None` to write the model alone.
         directory: a `str` or `pathlib.Path`; created if missing.
-        model_type: the `model_type` to write (`"marian"`, `"llama"`,
-            `"mistral"`, `"qwen2"`, `"bert"`). Defaults to `None`, meaning
+        model_type: the `model_type` to write (`"marian"`, `"t5"`,
+            `"llama"`, `"mistral"`, `"qwen2"`, `"bert"`). Defaults to `None`, meaning
             the model class's family (`"marian"` for a `Transformer`,
             `"llama"` for a `TransformerLM`, `"bert"` for a
             `TransformerEncoderClassifier`).

@@ -337,3 +337,35 @@ def test_a_checkpoint_with_only_spiece_model_translates_the_same(
     assert hf_spiece.decode([[sentinel, *hf_spiece.encode(["A dog."])[0]]]) == [
         hf_spiece.decode(hf_spiece.encode(["A dog."]))[0]
     ]
+
+
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+def test_export_to_transformers_round_trips(checkpoint, version, tmp_path):
+    """Loaded, exported, loaded by `transformers`: the same logits, and the
+    tokenizer's ids."""
+    import keras_attn.hf
+
+    directory, hf_model = checkpoint(version)
+    translator = Translator.from_preset(str(directory), strategy="greedy")
+    exported = keras_attn.hf.export_to_transformers(
+        translator.model, translator.tokenizer, tmp_path / "export", model_type="t5"
+    )
+    reloaded = transformers.T5ForConditionalGeneration.from_pretrained(exported)
+    inputs = dict(
+        input_ids=torch.tensor(SOURCE),
+        attention_mask=torch.tensor(SOURCE_MASK),
+        decoder_input_ids=torch.tensor(DECODER),
+    )
+    with torch.no_grad():
+        expected = hf_model(**inputs).logits.numpy()
+        got = reloaded.eval()(**inputs).logits.numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    sentences = [PREFIX + text for text in ENGLISH[:3]]
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    again = transformers.AutoTokenizer.from_pretrained(exported)
+    assert again(sentences)["input_ids"] == theirs(sentences)["input_ids"]
+    # A Transformer without T5's options is refused, the option named.
+    paper = Transformer.from_preset("transformer_tiny", vocabulary_size=20)
+    with pytest.raises(ValueError, match=r"T5's positions are relative"):
+        keras_attn.hf.export_to_transformers(paper, None, tmp_path / "x", "t5")
+    assert not (tmp_path / "x").exists()
