@@ -52,6 +52,7 @@ from keras_attn.hf.files import (
     assign_weights,
     check_all_used,
     check_overrides,
+    invert_mapping,
     refuse_config_field,
     take,
     with_flash_attention,
@@ -360,6 +361,138 @@ def load_model(directory, config, weights, **overrides):
     fresh = () if with_head else (_HEAD,) if with_pooler else (_HEAD, _POOLER)
     assign_weights(model, ours, "BERT", left_fresh=fresh)
     return model
+
+
+# === Export: ours -> BERT's ===
+
+
+def _bert_config(model):
+    """The `BertForSequenceClassification` config of a classifier's options."""
+    activations = {ours: theirs for theirs, ours in _ACTIVATIONS.items()}
+    if model.activation not in activations:
+        _refuse_export("activation", model.activation, "BERT has no such activation")
+    config = {
+        "model_type": "bert",
+        "architectures": ["BertForSequenceClassification"],
+        "vocab_size": model.vocabulary_size,
+        "hidden_size": model.hidden_dim,
+        "num_hidden_layers": model.num_layers,
+        "num_attention_heads": model.num_heads,
+        "intermediate_size": model.intermediate_dim,
+        "hidden_act": activations[model.activation],
+        "hidden_dropout_prob": model.dropout,
+        "attention_probs_dropout_prob": model.attention.dropout,
+        "max_position_embeddings": model.max_sequence_length,
+        "type_vocab_size": model.num_segments,
+        "layer_norm_eps": model.layer_norm_epsilon,
+        "pad_token_id": model.pad_id,
+        "position_embedding_type": "absolute",
+        "id2label": {str(i): f"LABEL_{i}" for i in range(model.num_classes)},
+        "label2id": {f"LABEL_{i}": i for i in range(model.num_classes)},
+    }
+    return config
+
+
+def _refuse_export(option, value, why):
+    raise ValueError(
+        f"A BERT checkpoint cannot hold this model exactly: {why}. "
+        f"Received: {option}={value!r}"
+    )
+
+
+def _check_exportable(model, config):
+    """Refuses a model whose options BERT's config cannot express: the
+    model that config loads into must have the same config."""
+    if model.num_segments is None:
+        _refuse_export("num_segments", None, "BERT has token type embeddings")
+    expected = TransformerEncoderClassifier(
+        **model_arguments(config, model.num_classes)
+    ).get_config()
+    given = model.get_config()
+    for option in sorted(set(expected) - {"name", "trainable", "dtype"}):
+        if given.get(option) != expected[option]:
+            _refuse_export(
+                option, given.get(option), f"BERT's has {option}={expected[option]!r}"
+            )
+
+
+def export(model, directory):
+    """Writes a `TransformerEncoderClassifier` as a
+    `BertForSequenceClassification` checkpoint.
+
+    The model must have BERT's options (what `from_preset` of a BERT
+    checkpoint builds: learned positions, token types, post-norm layer
+    norms, `[CLS]` pooling through a tanh dense layer, unscaled embeddings);
+    another option is refused, named. Writes `config.json` (labels
+    `LABEL_0 ...`) and `model.safetensors`, the inverse of the load
+    mapping; `transformers`' `from_pretrained` loads them.
+
+    Args:
+        model: a `keras_attn.models.TransformerEncoderClassifier`.
+        directory: the folder to write (created if missing).
+
+    Returns:
+        The directory as a `pathlib.Path`.
+    """
+    from safetensors.numpy import save_file
+
+    if not isinstance(model, TransformerEncoderClassifier):
+        raise TypeError(
+            "A BERT export writes a keras_attn.models.TransformerEncoderClassifier. "
+            f"Received: model of type {type(model).__name__}"
+        )
+    config = _bert_config(model)
+    _check_exportable(model, config)
+    arguments = model_arguments(config, model.num_classes)
+    tensors = invert_mapping(
+        model, lambda get: _to_ours(get, arguments, "bert.", True, True)
+    )
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return directory
+
+
+def export_tokenizer(tokenizer, directory):
+    """Writes a BERT checkpoint's WordPiece tokenizer back: `vocab.txt`,
+    `tokenizer.json` and a `tokenizer_config.json` naming its special tokens.
+
+    Args:
+        tokenizer: the tokenizer loaded with the checkpoint (a
+            `keras_attn.text.checkpoint_tokenizer.CheckpointTokenizer` or
+            `keras_attn.hf.tokenizer.HFTokenizer`).
+        directory: the checkpoint folder being written.
+
+    Raises:
+        TypeError: another tokenizer (a SentencePiece one has no WordPiece
+            vocabulary).
+    """
+    inner = getattr(tokenizer, "tokenizer", tokenizer)
+    if not isinstance(inner, HFTokenizer) or inner.is_sentencepiece:
+        raise TypeError(
+            "A BERT export writes the WordPiece tokenizer loaded with a BERT "
+            f"checkpoint. Received: tokenizer={tokenizer!r:.100}"
+        )
+    directory = Path(directory)
+    vocabulary = inner.encoder.get_vocab(with_added_tokens=True)
+    pieces = sorted(vocabulary, key=vocabulary.get)
+    (directory / VOCABULARY_FILE).write_text("\n".join(pieces) + "\n", "utf-8")
+    inner.encoder.save(str(directory / TOKENIZER_JSON))
+    serialized = json.loads(inner.encoder.to_str())
+    normalizer = serialized["normalizer"]
+    settings = {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": normalizer["lowercase"],
+        "strip_accents": normalizer["strip_accents"],
+        "tokenize_chinese_chars": normalizer["handle_chinese_chars"],
+        "unk_token": serialized["model"]["unk_token"],
+        "cls_token": inner.piece(inner.start_id),
+        "sep_token": inner.piece(inner.end_id),
+    }
+    if getattr(tokenizer, "pad_id", None) is not None:
+        settings["pad_token"] = inner.piece(tokenizer.pad_id)
+    (directory / TOKENIZER_CONFIG).write_text(json.dumps(settings, indent=2) + "\n")
 
 
 # === The tokenizer ===

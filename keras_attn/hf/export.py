@@ -3,7 +3,10 @@
 One public function dispatches to the family module that writes the
 checkpoint (`keras_attn.hf.files.family`): a `Transformer` is written as a
 Marian (`MarianMTModel`) checkpoint by `keras_attn.hf.marian`, a
-`TransformerLM` as a Llama-family one by `keras_attn.hf.llama`. Each family
+`TransformerLM` as a Llama-family one by `keras_attn.hf.llama`, a
+`TransformerEncoderClassifier` as a BERT one (`BertForSequenceClassification`)
+by `keras_attn.hf.bert`; `model_type="t5"` writes a `Transformer` with T5's
+options as T5 (`keras_attn.hf.t5`). Each family
 refuses, naming the option, a model it cannot express exactly.
 """
 
@@ -12,7 +15,11 @@ from pathlib import Path
 from keras_attn.hf.files import family
 
 # A model class's family when `model_type` is not given.
-_MODEL_TYPE_OF_CLASS = {"Transformer": "marian", "TransformerLM": "llama"}
+_MODEL_TYPE_OF_CLASS = {
+    "Transformer": "marian",
+    "TransformerLM": "llama",
+    "TransformerEncoderClassifier": "bert",
+}
 
 
 def export_to_transformers(model, tokenizer, directory, model_type=None):
@@ -24,17 +31,19 @@ def export_to_transformers(model, tokenizer, directory, model_type=None):
     loaded from one, `logits[..., 1:]`: see `keras_attn.hf.marian`).
 
     Args:
-        model: a `keras_attn.models.Transformer` (written as Marian) or a
+        model: a `keras_attn.models.Transformer` (written as Marian), a
             `keras_attn.models.TransformerLM` (written as Llama, or as
-            `model_type`).
+            `model_type`) or a `keras_attn.models.TransformerEncoderClassifier`
+            (written as BERT).
         tokenizer: the model's tokenizer (a
             `keras_attn.text.SubwordTokenizer`, or the tokenizer loaded
             with the checkpoint), or `None` to write the model alone.
         directory: a `str` or `pathlib.Path`; created if missing.
-        model_type: the `model_type` to write (`"marian"`, `"llama"`,
-            `"mistral"`, `"qwen2"`). Defaults to `None`, meaning the
-            model class's family (`"marian"` for a `Transformer`,
-            `"llama"` for a `TransformerLM`).
+        model_type: the `model_type` to write (`"marian"`, `"t5"`,
+            `"llama"`, `"mistral"`, `"qwen2"`, `"bert"`). Defaults to `None`, meaning
+            the model class's family (`"marian"` for a `Transformer`,
+            `"llama"` for a `TransformerLM`, `"bert"` for a
+            `TransformerEncoderClassifier`).
 
     Returns:
         The directory, a `pathlib.Path`.
@@ -54,8 +63,9 @@ def export_to_transformers(model, tokenizer, directory, model_type=None):
         class_name = type(model).__name__
         if class_name not in _MODEL_TYPE_OF_CLASS:
             raise TypeError(
-                "`model` must be a keras_attn.models.Transformer or "
-                f"TransformerLM. Received: model of type {class_name}"
+                "`model` must be a keras_attn.models.Transformer, "
+                "TransformerLM or TransformerEncoderClassifier. Received: "
+                f"model of type {class_name}"
             )
         model_type = _MODEL_TYPE_OF_CLASS[class_name]
     module = family(model_type)

@@ -6,7 +6,7 @@ A checkpoint is a directory in the Hugging Face layout:
 config.json                       # model_type and the architecture
 model.safetensors                 # or model-0000i-of-0000n.safetensors
 model.safetensors.index.json      #   with the index of a sharded one
-tokenizer.json / tokenizer.model  # the tokenizer's files
+tokenizer.json / tokenizer.model / spiece.model  # the tokenizer
 ```
 
 `resolve_checkpoint` finds it (a local directory, or `hf://owner/name`
@@ -422,6 +422,45 @@ def assign_weights(model, ours, family_name, left_fresh=()):
             f"keras-attn's {family_name} mapping made weights the model does "
             f"not have: {sorted(ours)[:5]}."
         )
+
+
+def invert_mapping(model, to_ours):
+    """A checkpoint's tensors (name -> float32 array) from `model`'s weights,
+    by a family's load mapping run backwards.
+
+    `to_ours(get)` is the mapping the family loads with, `get(name, shape)`
+    giving a checkpoint tensor. Run on arrays of positions (each checkpoint
+    tensor a distinct range of integers, starting at 1), it returns for each
+    weight of ours the positions its values come from, through whatever
+    transposes and reshapes the mapping applies; each weight's values are
+    written back at those positions. A position 0 is a row the mapping adds
+    (zeros, as our padding id's) and a weight that is not an integer array
+    is a constant of the mapping: neither goes back.
+    """
+    shapes, starts, total = {}, {}, 1
+
+    def positions(name, shape):
+        nonlocal total
+        shapes[name], starts[name] = tuple(shape), total
+        total += int(np.prod(shape))
+        return np.arange(starts[name], total, dtype=np.int64).reshape(shape)
+
+    index = to_ours(positions)
+    values = {
+        variable.path: keras.ops.convert_to_numpy(keras.ops.cast(variable, "float32"))
+        for variable in model.weights
+    }
+    flat = np.zeros(total, np.float32)
+    for path, where in index.items():
+        where = np.asarray(where)
+        if where.dtype != np.int64:
+            continue  # a constant of the mapping
+        kept = where.ravel() > 0
+        flat[where.ravel()[kept]] = values[path].ravel()[kept]
+    return {
+        name: flat[starts[name] : starts[name] + int(np.prod(shape))].reshape(shape)
+        for name, shape in shapes.items()
+    }
 
 
 def register_family(model_type, module):

@@ -43,7 +43,7 @@ feed-forward network's inner activations and after the final norms.
 A config field that maps to nothing we have (another `feed_forward_proj`,
 a `d_kv` other than `d_model / num_heads`, a list of end ids, ...) is
 refused naming the field and value: a checkpoint is loaded exactly or not
-at all. Export back to `transformers` is not provided for T5.
+at all. `export` writes such a `Transformer` back as a T5 checkpoint.
 """
 
 import numpy as np
@@ -52,6 +52,7 @@ from keras_attn.hf.files import (
     assign_weights,
     check_all_used,
     check_overrides,
+    invert_mapping,
     refuse_config_field,
     take,
     with_flash_attention,
@@ -375,6 +376,139 @@ def load_model(directory, config, weights, **overrides):
     check_all_used(set(weights) - used, "T5", source)
     assign_weights(model, ours, "T5")
     return model
+
+
+# === Export: ours -> T5's ===
+
+
+def _t5_config(model):
+    """The `T5ForConditionalGeneration` config of a `Transformer`'s options."""
+    projections = {}
+    for theirs, ours in _ACTIVATIONS.items():
+        projections.setdefault(ours, theirs)  # "gated-gelu", not its alias
+    if model.activation not in projections:
+        _refuse_export("activation", model.activation, "T5 has no such network")
+    position = model.position_scheme
+    if position.name != "relative":
+        _refuse_export("position", model.position, "T5's positions are relative")
+    config = {
+        "model_type": "t5",
+        "architectures": ["T5ForConditionalGeneration"],
+        "is_encoder_decoder": True,
+        "vocab_size": model.vocabulary_size - ID_OFFSET,
+        "d_model": model.hidden_dim,
+        "d_kv": model.hidden_dim // model.num_heads,
+        "d_ff": model.intermediate_dim,
+        "num_layers": model.num_encoder_layers,
+        "num_decoder_layers": model.num_decoder_layers,
+        "num_heads": model.num_heads,
+        "relative_attention_num_buckets": position.num_buckets,
+        "relative_attention_max_distance": position.max_distance,
+        "dropout_rate": model.dropout,
+        "layer_norm_epsilon": model.layer_norm_epsilon,
+        "feed_forward_proj": projections[model.activation],
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "decoder_start_token_id": 0,
+        "n_positions": model.max_sequence_length,
+        "tie_word_embeddings": model.tie_embeddings,
+    }
+    scaled = model.logits_scale != 1.0
+    if scaled != _scales_decoder_output(config):
+        config["scale_decoder_outputs"] = scaled
+    return config
+
+
+def _refuse_export(option, value, why):
+    raise ValueError(
+        f"A T5 checkpoint cannot hold this model exactly: {why}. "
+        f"Received: {option}={value!r}"
+    )
+
+
+def export(model, directory):
+    """Writes a `Transformer` with T5's options as a T5 checkpoint.
+
+    The model must have what `from_preset` of a T5 checkpoint builds
+    (pre-norm RMS blocks without biases, relative positions, unscaled
+    attention scores, one shared embedding, our padding id 0 before T5's
+    ids); another option is refused, named. Writes `config.json` and
+    `model.safetensors` (the load mapping run backwards, our padding id
+    taken back out); `transformers`' `from_pretrained` loads them.
+
+    Args:
+        model: a `keras_attn.models.Transformer`.
+        directory: the folder to write (created if missing).
+
+    Returns:
+        The directory as a `pathlib.Path`.
+    """
+    import json
+    from pathlib import Path
+
+    from safetensors.numpy import save_file
+
+    if not isinstance(model, Transformer):
+        raise TypeError(
+            "A T5 export writes a keras_attn.models.Transformer. Received: "
+            f"model of type {type(model).__name__}"
+        )
+    config = _t5_config(model)
+    expected = Transformer(**model_arguments(config, model.tie_embeddings))
+    given, expected = model.get_config(), expected.get_config()
+    for option in sorted(set(expected) - {"name", "trainable", "dtype"}):
+        if given.get(option) != expected[option]:
+            _refuse_export(
+                option, given.get(option), f"T5's has {option}={expected[option]!r}"
+            )
+    arguments = model_arguments(config, model.tie_embeddings)
+    tensors = invert_mapping(model, lambda get: _to_ours(get, arguments))
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return directory
+
+
+def export_tokenizer(tokenizer, directory):
+    """Writes a T5 checkpoint's tokenizer back: `tokenizer.json` (or
+    `spiece.model`) and a `tokenizer_config.json` naming its special tokens.
+
+    Args:
+        tokenizer: the tokenizer loaded with the checkpoint (a
+            `keras_attn.text.checkpoint_tokenizer.CheckpointTokenizer`).
+        directory: the checkpoint folder being written.
+
+    Raises:
+        TypeError: another tokenizer (ours, `SubwordTokenizer`, has other
+            special ids than T5's).
+    """
+    import json
+    from pathlib import Path
+
+    from keras_attn.hf.tokenizer import HFTokenizer
+
+    inner = getattr(tokenizer, "tokenizer", tokenizer)
+    if not isinstance(inner, HFTokenizer) or inner.end_id is None:
+        raise TypeError(
+            "A T5 export writes the tokenizer loaded with a T5 checkpoint. "
+            f"Received: tokenizer={tokenizer!r:.100}"
+        )
+    directory = Path(directory)
+    settings = {
+        "tokenizer_class": "T5Tokenizer",
+        "eos_token": inner.piece(inner.end_id),
+        "pad_token": inner.piece(0),
+    }
+    if inner.is_sentencepiece:
+        (directory / "spiece.model").write_bytes(
+            inner.encoder.serialized_model_proto()
+        )
+    else:
+        inner.encoder.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(settings, indent=2) + "\n"
+    )
 
 
 # === A Translator of a checkpoint ===

@@ -8,9 +8,13 @@
   normalizer, pre-tokenizer (byte-level BPE included), added tokens and
   post-processor (the BOS a checkpoint adds, or not) are the ones
   `transformers` runs, with no re-implementation to drift;
-- else `tokenizer.model` (a SentencePiece model: Llama 2, Mistral), run by
-  `sentencepiece`, with the BOS/EOS that `tokenizer_config.json` declares
-  (`add_bos_token`, default on; `add_eos_token`, default off).
+- else `tokenizer.model` (a SentencePiece model: Llama 2, Mistral) or
+  `spiece.model` (T5's), run by `sentencepiece`, with the BOS/EOS that
+  `tokenizer_config.json` declares (`add_bos_token`, default on;
+  `add_eos_token`, default off, on for a `T5Tokenizer`, which ends every
+  sequence with `</s>`). Ids past the SentencePiece model's pieces (T5's
+  sentinels `<extra_id_*>`, which `transformers` adds) are special tokens:
+  decoding skips them.
 
 Our `keras_attn.text.SubwordTokenizer` is not used: it fixes the special
 ids (pad 0, unk 1, start 2, end 3) for the models trained here, and a
@@ -21,7 +25,8 @@ import json
 from pathlib import Path
 
 TOKENIZER_JSON = "tokenizer.json"
-SENTENCEPIECE_MODEL = "tokenizer.model"
+# SentencePiece model files, in the order they are looked for.
+SENTENCEPIECE_MODELS = ("tokenizer.model", "spiece.model")
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
@@ -66,7 +71,8 @@ class HFTokenizer:
         """The tokenizer of a checkpoint directory (see the module docstring).
 
         Raises:
-            FileNotFoundError: neither `tokenizer.json` nor `tokenizer.model`.
+            FileNotFoundError: no `tokenizer.json`, `tokenizer.model` or
+                `spiece.model`.
         """
         directory = Path(directory)
         settings = {}
@@ -77,12 +83,15 @@ class HFTokenizer:
 
             encoder = tokenizers.Tokenizer.from_file(str(directory / TOKENIZER_JSON))
             ids = encoder.token_to_id
-        elif (directory / SENTENCEPIECE_MODEL).is_file():
+        elif any((directory / name).is_file() for name in SENTENCEPIECE_MODELS):
             import sentencepiece
 
-            encoder = sentencepiece.SentencePieceProcessor(
-                model_file=str(directory / SENTENCEPIECE_MODEL)
+            model_file = next(
+                directory / name
+                for name in SENTENCEPIECE_MODELS
+                if (directory / name).is_file()
             )
+            encoder = sentencepiece.SentencePieceProcessor(model_file=str(model_file))
             ids = encoder.piece_to_id
             # The model's own ids where tokenizer_config.json names none.
             for key, index in (
@@ -94,7 +103,7 @@ class HFTokenizer:
         else:
             raise FileNotFoundError(
                 f"The checkpoint {str(directory)!r} has no {TOKENIZER_JSON!r} and "
-                f"no {SENTENCEPIECE_MODEL!r}."
+                f"no SentencePiece model ({' or '.join(SENTENCEPIECE_MODELS)})."
             )
         start = _token_text(settings.get("bos_token"))
         end = _token_text(settings.get("eos_token"))
@@ -103,7 +112,9 @@ class HFTokenizer:
             start_id=ids(start) if start else None,
             end_id=ids(end) if end else None,
             add_start=settings.get("add_bos_token", True),
-            add_end=settings.get("add_eos_token", False),
+            add_end=settings.get(
+                "add_eos_token", settings.get("tokenizer_class") == "T5Tokenizer"
+            ),
         )
 
     def piece(self, index):
@@ -143,7 +154,8 @@ class HFTokenizer:
         rows = [[int(index) for index in row] for row in ids]
         if self.is_sentencepiece:
             special = {self.start_id, self.end_id} if skip_special_tokens else set()
+            size = self.encoder.get_piece_size()  # past it: T5's sentinels
             return self.encoder.decode(
-                [[i for i in row if i not in special] for row in rows]
+                [[i for i in row if i not in special and i < size] for row in rows]
             )
         return self.encoder.decode_batch(rows, skip_special_tokens=skip_special_tokens)

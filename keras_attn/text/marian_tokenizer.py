@@ -26,7 +26,9 @@ import sentencepiece
 import tensorflow as tf
 
 from keras_attn.file_safety import read_json
+from keras_attn.text.tokenizer import CONFIG_FILE as PRESET_CONFIG_FILE
 from keras_attn.text.tokenizer import (
+    PRESET_ASSETS_DIR,
     SubwordTokenizer,
     _to_id_tensor,
     tokenize_in_python,
@@ -288,11 +290,65 @@ class MarianTokenizer(SubwordTokenizer):
         )
 
     def save_to_preset(self, directory):
-        raise NotImplementedError(
-            "A MarianTokenizer is saved in Marian's own files: use "
-            "`keras_attn.hf.export_to_transformers(model, tokenizer, directory)` "
-            f"(or `tokenizer.save(directory)`). Received: directory={str(directory)!r}"
+        """Writes the tokenizer into a preset directory.
+
+        Marian's files (`save`) go to `assets/tokenizer/`; `tokenizer.json`
+        at the top of the preset holds `get_config()`, the class name and
+        the path of `source.spm` there (`model_file`, as a
+        `SubwordTokenizer` preset names its model file). A model's `save_to_preset(directory, tokenizer=...)`
+        calls this, and `Translator.from_preset(directory)` reads it back
+        (`from_preset`).
+
+        Args:
+            directory: a `str` or `pathlib.Path`; created if missing.
+        """
+        directory = Path(directory)
+        self.save(directory / PRESET_ASSETS_DIR)
+        config = {
+            "class_name": type(self).__name__,
+            **self.get_config(),
+            "model_file": f"{PRESET_ASSETS_DIR}/{SOURCE_MODEL_FILE}",
+        }
+        (directory / PRESET_CONFIG_FILE).write_text(
+            json.dumps(config, indent=2) + "\n", encoding="utf-8"
         )
+
+    @classmethod
+    def from_preset(cls, preset):
+        """Loads the tokenizer that `save_to_preset` wrote into a preset.
+
+        Args:
+            preset: the path of a preset directory.
+
+        Returns:
+            A `MarianTokenizer`.
+        """
+        from keras_attn.file_safety import confined_path
+        from keras_attn.models.preset_files import preset_file, read_preset_file
+        from keras_attn.models.preset_io import preset_directory
+
+        directory = preset_directory(preset)
+        config = read_preset_file(directory, PRESET_CONFIG_FILE)
+        source_model = confined_path(
+            directory,
+            config["model_file"],
+            repr(str(directory / PRESET_CONFIG_FILE)),
+            what="tokenizer model file",
+            folder="the preset",
+        )
+        folder = source_model.parent
+        for name in (SOURCE_MODEL_FILE, TARGET_MODEL_FILE, VOCABULARY_FILE):
+            preset_file(directory, str(folder.relative_to(directory) / name))
+        tokenizer = cls.load(folder)
+        saved = {key: config.get(key) for key in ("vocabulary_size", "pad_id", "end_id")}
+        actual = {key: tokenizer.get_config()[key] for key in saved}
+        if saved != actual:
+            raise ValueError(
+                f"{str(directory / PRESET_CONFIG_FILE)!r} does not describe the "
+                f"tokenizer files in {str(folder)!r}: the config says {saved}, "
+                f"the files have {actual}."
+            )
+        return tokenizer
 
     @classmethod
     def load(cls, directory):

@@ -75,7 +75,20 @@ def load_preset(preset, model_class, dtype):
     directory = preset_directory(preset)
     overrides = {} if dtype is None else {"dtype": dtype}
     model = model_class.from_preset(directory, **overrides)
-    return directory, model, SubwordTokenizer.from_preset(directory)
+    return directory, model, _preset_tokenizer_class(directory).from_preset(directory)
+
+
+def _preset_tokenizer_class(directory):
+    """The tokenizer class a preset's `tokenizer.json` names (a preset
+    without one: `SubwordTokenizer`, which says what is missing)."""
+    from keras_attn.models.preset_files import preset_file, read_preset_file
+    from keras_attn.text.marian_tokenizer import MarianTokenizer
+    from keras_attn.text.tokenizer import CONFIG_FILE
+
+    if not preset_file(directory, CONFIG_FILE).is_file():
+        return SubwordTokenizer
+    class_name = read_preset_file(directory, CONFIG_FILE).get("class_name")
+    return MarianTokenizer if class_name == MarianTokenizer.__name__ else SubwordTokenizer
 
 
 def check_jit_compile(jit_compile):

@@ -24,7 +24,11 @@ class TextClassifier:
     BERT's `[CLS]`), with `add_end` followed by the end id (BERT's
     `[SEP]`), cut to `sequence_length` and right-padded to it, so one
     compiled function serves every batch. A model with segments
-    (`num_segments`) reads every text as segment 0.
+    (`num_segments`) reads every text as segment 0, and may classify text
+    pairs (`pairs=`): `[start] text [end] pair [end]`, segment 0 up to the
+    first end id and 1 after it (BERT's `[CLS] A [SEP] B [SEP]`); pairs
+    that do not fit are cut as the `tokenizers` library's `longest_first`
+    truncation cuts them (the shorter text keeps up to half the room).
 
     Thread-safe: threads may share one `TextClassifier`, on every backend,
     first (compiling) call included; each call gives what it gives alone.
@@ -120,31 +124,83 @@ class TextClassifier:
         kwargs.setdefault("sequence_length", metadata.get("sequence_length"))
         return cls(model, tokenizer, **kwargs)
 
-    def encode(self, texts):
-        """int32 `(len(texts), sequence_length)`: `[start] + pieces` (and
-        the end id with `add_end`), padded."""
+    def _check_pairs(self, texts, pairs):
+        """`(texts, pairs)` checked: `pairs` a list as long as `texts`, for
+        a model with two segments or more, or `None`."""
         texts = check_texts(texts, "texts")
+        if pairs is None:
+            return texts, None
+        pairs = check_texts(pairs, "pairs")
+        if len(pairs) != len(texts):
+            raise ValueError(
+                f"`pairs` must hold one text per text, {len(texts)}. "
+                f"Received: {len(pairs)} pairs"
+            )
+        if (self.model.num_segments or 0) < 2:
+            raise ValueError(
+                "Text pairs need a model with two segments (BERT's token "
+                "types). Received: pairs for a model with num_segments="
+                f"{self.model.num_segments}"
+            )
+        return texts, pairs
+
+    def _tokenize(self, texts):
+        if not texts:
+            return []
+        return self.tokenizer.tokenize(tf.constant(texts, tf.string)).to_list()
+
+    def _encode(self, texts, pairs):
+        """`(token_ids, segment_ids)` of checked texts and pairs."""
         ids = np.full(
             (len(texts), self.sequence_length), self.tokenizer.pad_id, "int32"
         )
-        if not texts:
-            return ids
-        pieces = self.tokenizer.tokenize(tf.constant(texts, tf.string)).to_list()
-        end = [self.tokenizer.end_id] if self.add_end else []
-        room = self.sequence_length - 1 - len(end)
-        for row, text_pieces in enumerate(pieces):
-            sequence = [self.tokenizer.start_id, *text_pieces[:room], *end]
+        segments = np.zeros_like(ids)
+        start, end = self.tokenizer.start_id, self.tokenizer.end_id
+        if pairs is None:
+            ends = [end] if self.add_end else []
+            room = self.sequence_length - 1 - len(ends)
+            for row, pieces in enumerate(self._tokenize(texts)):
+                sequence = [start, *pieces[:room], *ends]
+                ids[row, : len(sequence)] = sequence
+            return ids, segments
+        room = self.sequence_length - 3  # [start] first [end] second [end]
+        for row, (first, second) in enumerate(
+            zip(self._tokenize(texts), self._tokenize(pairs))
+        ):
+            if len(first) + len(second) > room:
+                # The shorter (the first on a tie) keeps up to half the room,
+                # the longer the rest (`tokenizers`' LongestFirst).
+                if len(first) <= len(second):
+                    first = first[: min(len(first), room // 2)]
+                    second = second[: room - len(first)]
+                else:
+                    second = second[: min(len(second), room // 2)]
+                    first = first[: room - len(second)]
+            sequence = [start, *first, end, *second, end]
             ids[row, : len(sequence)] = sequence
-        return ids
+            segments[row, len(first) + 2 : len(sequence)] = 1
+        return ids, segments
 
-    def predict_proba(self, texts):
-        """Class probabilities, float32 `(len(texts), num_classes)`."""
-        ids = self.encode(texts)
+    def encode(self, texts, pairs=None):
+        """int32 `(len(texts), sequence_length)`: `[start] + pieces` (and
+        the end id with `add_end`), padded; with `pairs`, `[start] text
+        [end] pair [end]`."""
+        return self._encode(*self._check_pairs(texts, pairs))[0]
+
+    def predict_proba(self, texts, pairs=None):
+        """Class probabilities, float32 `(len(texts), num_classes)`.
+
+        Args:
+            texts: a list of strings.
+            pairs: a list of strings, the second text of each pair (a model
+                with segments only). Defaults to `None`.
+        """
+        ids, segments = self._encode(*self._check_pairs(texts, pairs))
         if not len(ids):
             return np.zeros((0, self.model.num_classes), "float32")
         inputs = ids
         if self.model.num_segments is not None:
-            inputs = {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
+            inputs = {"token_ids": ids, "segment_ids": segments}
         with predict_lock(self.model):
             logits = self.model.predict(inputs, batch_size=self.batch_size, verbose=0)
         logits = np.asarray(logits, "float64")
@@ -152,9 +208,10 @@ class TextClassifier:
         probabilities = np.exp(logits)
         return (probabilities / probabilities.sum(-1, keepdims=True)).astype("float32")
 
-    def predict(self, texts):
-        """The most likely class of each text: its name, or its label."""
-        labels = self.predict_proba(texts).argmax(axis=-1)
+    def predict(self, texts, pairs=None):
+        """The most likely class of each text (or pair): its name, or its
+        label. The arguments are `predict_proba`'s."""
+        labels = self.predict_proba(texts, pairs).argmax(axis=-1)
         if self.class_names is None:
             return [int(label) for label in labels]
         return [self.class_names[label] for label in labels]

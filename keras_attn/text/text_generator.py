@@ -23,7 +23,8 @@ from keras_attn.validation import check_bool, check_int, check_positive_int
 class TextGenerator:
     """Continues raw strings with a trained `keras_attn.models.TransformerLM`.
 
-    Each prompt becomes `[start] + its pieces`; prompts are sorted by length,
+    Each prompt becomes `[start] + its pieces` (its pieces alone with
+    `add_start=False`); prompts are sorted by length,
     batched, right-padded to a multiple of `length_multiple`, continued by
     a compiled `keras_attn.generation.SequenceGenerator` (the one decoding
     loop, with the key/value cache) until the end id or `max_length`
@@ -60,6 +61,10 @@ class TextGenerator:
             (`docs/performance.md`, "Compiled decoding on torch"), so it
             pays off for a server, not for a few sentences. Defaults to
             `"auto"`.
+        add_start: bool, whether each prompt starts with the tokenizer's
+            start id. `False` for a model trained without one (Qwen2's
+            tokenizer adds no BOS); an empty prompt is then refused, as it
+            gives the model nothing to continue. Defaults to `True`.
 
     Example:
 
@@ -77,8 +82,15 @@ class TextGenerator:
         batch_size=32,
         length_multiple=8,
         jit_compile="auto",
+        add_start=True,
     ):
         check_tokenizer_matches(tokenizer, model)
+        self.add_start = check_bool(add_start, "add_start")
+        if self.add_start and tokenizer.start_id is None:
+            raise ValueError(
+                "The tokenizer has no start id: pass add_start=False (each "
+                "prompt is then its pieces alone). Received: add_start=True"
+            )
         self.jit_compile = check_jit_compile(jit_compile)
         self.model = model
         self.tokenizer = tokenizer
@@ -148,7 +160,7 @@ class TextGenerator:
 
     def _prepare(self, prompts, max_length, sampler, processors, end_ids, stops):
         """`(generator, ids, batches)`: the checked call, each prompt's ids
-        (start included) and the padded prompt block of each batch."""
+        (start id included where added) and the padded prompt block of each batch."""
         prompts = check_texts(prompts, "prompts")
         processors = check_processors(processors, self.model.vocabulary_size)
         max_length = (
@@ -167,11 +179,19 @@ class TextGenerator:
         if not prompts:
             return generator, [], []
         pieces = self.tokenizer.tokenize(tf.constant(prompts, tf.string)).to_list()
-        ids = [[self.tokenizer.start_id, *row] for row in pieces]
+        start = [self.tokenizer.start_id] if self.add_start else []
+        ids = [start + row for row in pieces]
+        empty = [i for i, row in enumerate(ids) if not row]
+        if empty:
+            raise ValueError(
+                "Without a start token (add_start=False) a prompt needs at "
+                f"least one piece to continue. Received: prompts[{empty[0]}]="
+                f"{prompts[empty[0]]!r}"
+            )
         too_long = [len(row) for row in ids if len(row) >= max_length]
         if too_long:
             raise ValueError(
-                f"A prompt of {max(too_long)} pieces (start included) leaves no "
+                f"A prompt of {max(too_long)} pieces (start id included where added) leaves no "
                 f"room to generate within max_length={max_length}. Pass a larger "
                 "`max_length` or a shorter prompt."
             )

@@ -181,3 +181,73 @@ def test_text_classifier_from_checkpoint_equals_transformers(hf_bert_classifier)
     assert classifier.predict(TEXTS) == [
         hf_model.config.id2label[int(i)] for i in expected.argmax(-1)
     ]
+
+
+def test_text_pairs_equal_transformers(hf_bert_classifier):
+    """`[CLS] A [SEP] B [SEP]` with token types 0 then 1, cut as the fast
+    tokenizer cuts pairs (`truncation="longest_first"`), padded."""
+    directory, hf_model = hf_bert_classifier
+    classifier = TextClassifier.from_preset(str(directory), sequence_length=12)
+    pairs = ["A dog.", "The cat sat on the mat!", "", "it was good"]
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    batch = hf_tokenizer(
+        TEXTS,
+        pairs,
+        padding="max_length",
+        truncation="longest_first",
+        max_length=12,
+        return_tensors="np",
+    )
+    ids, segments = classifier._encode(TEXTS, pairs)
+    np.testing.assert_array_equal(ids, batch["input_ids"])
+    np.testing.assert_array_equal(segments, batch["token_type_ids"])
+    assert (batch["token_type_ids"] == 1).any()  # the second texts count
+    logits = hf_outputs(
+        hf_model, batch["input_ids"], batch["token_type_ids"]
+    ).logits.numpy()
+    expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    np.testing.assert_allclose(
+        classifier.predict_proba(TEXTS, pairs), expected, atol=1e-4, rtol=0
+    )
+    assert classifier.predict(TEXTS, pairs=pairs) == [
+        hf_model.config.id2label[int(i)] for i in expected.argmax(-1)
+    ]
+    with pytest.raises(ValueError, match="one text per text, 4. Received: 1 pairs"):
+        classifier.predict(TEXTS, pairs=["A dog."])
+    with pytest.raises(TypeError, match="pairs"):
+        classifier.predict(TEXTS, pairs="A dog.")
+
+
+def test_export_to_transformers_round_trips(hf_bert_classifier, tmp_path):
+    """Loaded, exported, loaded by `transformers`: the same logits and ids."""
+    import keras_attn.hf
+
+    directory, hf_model = hf_bert_classifier
+    classifier = TextClassifier.from_preset(str(directory), sequence_length=12)
+    exported = keras_attn.hf.export_to_transformers(
+        classifier.model, classifier.tokenizer, tmp_path / "export"
+    )
+    reloaded = transformers.BertForSequenceClassification.from_pretrained(
+        exported, attn_implementation="eager"
+    ).eval()
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    again = transformers.AutoTokenizer.from_pretrained(exported)
+    assert again(TEXTS)["input_ids"] == theirs(TEXTS)["input_ids"]
+    batch = theirs(
+        TEXTS, padding="max_length", truncation=True, max_length=12, return_tensors="np"
+    )
+    segments = np.zeros_like(batch["input_ids"])
+    segments[:, 6:] = 1  # both token types' embeddings
+    expected = hf_outputs(hf_model, batch["input_ids"], segments).logits.numpy()
+    got = hf_outputs(reloaded, batch["input_ids"], segments).logits.numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    # A model with an option BERT lacks is refused, the option named.
+    pre_norm = TransformerEncoderClassifier(
+        **{
+            **bert.model_arguments(json.loads((directory / "config.json").read_text()), 3),
+            "normalize_first": True,
+        }
+    )
+    with pytest.raises(ValueError, match=r"Received: normalize_first=True"):
+        keras_attn.hf.export_to_transformers(pre_norm, None, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()

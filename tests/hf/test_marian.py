@@ -179,3 +179,27 @@ def test_opus_mt_en_de_size_equals_transformers(tmp_path):
     assert np.abs(expected).max() > 0.5
     print(f"max |logits difference|: {np.abs(logits[..., 1:] - expected).max():.2e}")
     np.testing.assert_allclose(logits[..., 1:], expected, atol=1e-4, rtol=0)
+
+
+def test_a_marian_translator_saves_to_a_preset_and_loads_back(checkpoint, tmp_path):
+    directory, _, _ = checkpoint
+    translator = Translator.from_preset(
+        str(directory), strategy="greedy", max_length=NEW_TOKENS
+    )
+    preset = tmp_path / "preset"
+    translator.model.save_to_preset(preset, tokenizer=translator.tokenizer)
+    assert (preset / "assets" / "tokenizer" / "source.spm").is_file()
+    loaded = Translator.from_preset(preset, strategy="greedy", max_length=NEW_TOKENS)
+    assert type(loaded.tokenizer) is type(translator.tokenizer)
+    strings = tokenizer_strings()
+    assert loaded.tokenizer.tokenize(strings).to_list() == (
+        translator.tokenizer.tokenize(strings).to_list()
+    )
+    assert loaded.translate(SOURCES) == translator.translate(SOURCES)
+    # A tokenizer file that leads out of the preset is refused.
+    (preset / "assets" / "tokenizer" / "vocab.json").unlink()
+    (preset / "assets" / "tokenizer" / "vocab.json").symlink_to(
+        directory / "vocab.json"
+    )
+    with pytest.raises(ValueError, match="vocab.json"):
+        Translator.from_preset(preset)

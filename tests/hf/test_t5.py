@@ -16,6 +16,7 @@ padded source batch, and 20 greedy tokens of our generation API
 
 import json
 import re
+import shutil
 
 import keras
 import numpy as np
@@ -304,3 +305,67 @@ def test_tensors_the_config_does_not_account_for_are_refused(checkpoint):
     copy = {**weights, "decoder.embed_tokens.weight": weights["lm_head.weight"]}
     with pytest.raises(ValueError, match="decoder.embed_tokens.weight"):
         t5.load_model(directory, config, copy)
+
+
+def test_a_checkpoint_with_only_spiece_model_translates_the_same(
+    checkpoint, tmp_path
+):
+    """T5 repositories of the first generation ship `spiece.model` (run by
+    `sentencepiece`) and no `tokenizer.json`."""
+    directory, _ = checkpoint("v1.1")
+    only_spiece = tmp_path / "t5_spiece"
+    only_spiece.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(directory / name, only_spiece / name)
+    for name in ("spiece.model", "tokenizer_config.json"):
+        shutil.copy(directory / "spm" / name, only_spiece / name)
+    options = dict(strategy="greedy", max_length=NEW_TOKENS)
+    spiece = Translator.from_preset(str(only_spiece), **options)
+    assert spiece.tokenizer.tokenizer.is_sentencepiece
+    reference = Translator.from_preset(str(directory), **options)
+    sentences = [PREFIX + text for text in ENGLISH[:3]]
+    assert spiece.tokenizer.tokenize(sentences).to_list() == (
+        reference.tokenizer.tokenize(sentences).to_list()
+    )
+    assert spiece.translate_ids(sentences) == reference.translate_ids(sentences)
+    assert spiece.translate(sentences) == reference.translate(sentences)
+    # `</s>` ends every sequence, as T5Tokenizer encodes; a sentinel id
+    # (past the SentencePiece pieces) is a special token, skipped.
+    hf_spiece = spiece.tokenizer.tokenizer
+    assert hf_spiece.encode(["A dog."])[0][-1] == hf_spiece.end_id
+    sentinel = hf_spiece.vocabulary_size
+    assert hf_spiece.decode([[sentinel, *hf_spiece.encode(["A dog."])[0]]]) == [
+        hf_spiece.decode(hf_spiece.encode(["A dog."]))[0]
+    ]
+
+
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+def test_export_to_transformers_round_trips(checkpoint, version, tmp_path):
+    """Loaded, exported, loaded by `transformers`: the same logits, and the
+    tokenizer's ids."""
+    import keras_attn.hf
+
+    directory, hf_model = checkpoint(version)
+    translator = Translator.from_preset(str(directory), strategy="greedy")
+    exported = keras_attn.hf.export_to_transformers(
+        translator.model, translator.tokenizer, tmp_path / "export", model_type="t5"
+    )
+    reloaded = transformers.T5ForConditionalGeneration.from_pretrained(exported)
+    inputs = dict(
+        input_ids=torch.tensor(SOURCE),
+        attention_mask=torch.tensor(SOURCE_MASK),
+        decoder_input_ids=torch.tensor(DECODER),
+    )
+    with torch.no_grad():
+        expected = hf_model(**inputs).logits.numpy()
+        got = reloaded.eval()(**inputs).logits.numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    sentences = [PREFIX + text for text in ENGLISH[:3]]
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    again = transformers.AutoTokenizer.from_pretrained(exported)
+    assert again(sentences)["input_ids"] == theirs(sentences)["input_ids"]
+    # A Transformer without T5's options is refused, the option named.
+    paper = Transformer.from_preset("transformer_tiny", vocabulary_size=20)
+    with pytest.raises(ValueError, match=r"T5's positions are relative"):
+        keras_attn.hf.export_to_transformers(paper, None, tmp_path / "x", "t5")
+    assert not (tmp_path / "x").exists()

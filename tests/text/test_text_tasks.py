@@ -242,6 +242,8 @@ def test_classifier_bad_input_names_the_argument(classifier_preset, tokenizer):
     _, model = classifier_preset
     with pytest.raises(TypeError, match="texts"):
         TextClassifier(model, tokenizer).predict("one text")
+    with pytest.raises(ValueError, match="two segments.*num_segments=None"):
+        TextClassifier(model, tokenizer).predict(["a dog"], pairs=["a cat"])
     with pytest.raises(ValueError, match="class_names"):
         TextClassifier(model, tokenizer, class_names=["a", "b"])
     with pytest.raises(ValueError, match="sequence_length=1"):
