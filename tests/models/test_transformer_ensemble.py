@@ -3,7 +3,7 @@
 References: each member's own full pass, combined in NumPy; a greedy loop in
 NumPy over those full passes; the uncached loop for beam search (whose cache
 the ensemble reorders member by member); the model itself for an ensemble
-of one.
+of one. The decodings run eagerly (no whole-loop compilation per test).
 """
 
 import keras
@@ -68,28 +68,26 @@ def test_full_pass_is_the_weighted_mean_of_log_probabilities(members):
         np.testing.assert_allclose(got, expected, atol=2e-5)
 
 
-def _greedy(model):
-    return generate_seq2seq(model, SOURCE, START, END, max_length=MAX_LENGTH)["tokens"]
-
-
 def test_cached_greedy_equals_a_numpy_loop_over_full_passes(members):
-    tokens = np.asarray(_greedy(TransformerEnsemble(members)))
+    tokens = generate_seq2seq(
+        TransformerEnsemble(members), SOURCE, START, END, max_length=MAX_LENGTH
+    )["tokens"]
     # Greedy in NumPy: the argmax of the ensemble's full pass over the
     # tokens so far (the start id and pad ids suppressed, as the loop does).
-    decoded = np.full((len(SOURCE), 1), START, "int32")
-    for _ in range(MAX_LENGTH):
-        scores = _reference(members, [1, 1], decoded)[:, -1]
+    # One buffer width for every step: the decoder is causal and padding
+    # (id 0) after the decoded tokens is masked, so each pass is one shape.
+    decoded = np.zeros((len(SOURCE), MAX_LENGTH + 1), "int32")
+    decoded[:, 0] = START
+    for step in range(MAX_LENGTH):
+        scores = _reference(members, [1, 1], decoded)[:, step]
         scores[:, [0, START]] = -np.inf
-        decoded = np.concatenate([decoded, scores.argmax(-1)[:, None]], axis=1)
+        decoded[:, step + 1] = scores.argmax(-1)
     expected = decoded[:, 1:].copy()
     for row in expected:  # padding after the end id
         ends = np.flatnonzero(row == END)
         if ends.size:
             row[ends[0] + 1 :] = 0
-    np.testing.assert_array_equal(tokens, expected)
-    # Both members take part: the ensemble differs from each member alone.
-    for member in members:
-        assert not np.array_equal(np.asarray(_greedy(member)), tokens)
+    np.testing.assert_array_equal(np.asarray(tokens), expected)
 
 
 def test_beam_search_with_the_cache_equals_without(members):
@@ -114,16 +112,22 @@ def test_beam_search_with_the_cache_equals_without(members):
     assert len({tuple(beam) for beam in np.asarray(cached["beam_tokens"])[0]}) > 1
 
 
-def test_an_ensemble_of_one_decodes_as_its_model(members):
-    sampler = BeamSampler(num_beams=2)
-    got, expected = (
-        generate_seq2seq(
-            model, SOURCE, START, END, sampler=sampler, max_length=MAX_LENGTH
-        )
-        for model in (TransformerEnsemble(members[:1]), members[0])
+def test_an_ensemble_of_one_is_its_model(members):
+    """The full pass and a cached step: the model's log-softmax."""
+    model, ensemble = members[0], TransformerEnsemble(members[:1])
+    decoder_tokens = np.array([[2, 5, 6], [2, 7, 0], [2, 0, 0]], "int32")
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(ensemble(_inputs(decoder_tokens))),
+        _log_softmax(keras.ops.convert_to_numpy(model(_inputs(decoder_tokens)))),
+        atol=1e-5,
     )
-    np.testing.assert_array_equal(got["beam_tokens"], expected["beam_tokens"])
-    np.testing.assert_allclose(got["beam_scores"], expected["beam_scores"], atol=1e-4)
+    outputs = []
+    for decoder in (ensemble, model):
+        encoded, mask = decoder.encode(SOURCE)
+        cache = decoder.initial_cache(encoded, mask, MAX_LENGTH)
+        logits, _ = decoder.decode_step(decoder_tokens[:, :1], cache, 0)
+        outputs.append(keras.ops.convert_to_numpy(logits))
+    np.testing.assert_allclose(outputs[0], _log_softmax(outputs[1]), atol=1e-5)
 
 
 def test_keras_file_round_trip(members, tmp_path):
