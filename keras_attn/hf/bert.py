@@ -52,10 +52,11 @@ from keras_attn.hf.files import (
     assign_weights,
     check_all_used,
     check_overrides,
-    invert_mapping,
     refuse_config_field,
+    refuse_export,
     take,
     with_flash_attention,
+    write_exported_checkpoint,
 )
 from keras_attn.hf.tokenizer import HFTokenizer, _token_text
 from keras_attn.models.transformer_encoder_classifier import (
@@ -370,7 +371,7 @@ def _bert_config(model):
     """The `BertForSequenceClassification` config of a classifier's options."""
     activations = {ours: theirs for theirs, ours in _ACTIVATIONS.items()}
     if model.activation not in activations:
-        _refuse_export("activation", model.activation, "BERT has no such activation")
+        refuse_export("BERT", "activation", model.activation, "BERT has no such activation")
     config = {
         "model_type": "bert",
         "architectures": ["BertForSequenceClassification"],
@@ -393,29 +394,6 @@ def _bert_config(model):
     return config
 
 
-def _refuse_export(option, value, why):
-    raise ValueError(
-        f"A BERT checkpoint cannot hold this model exactly: {why}. "
-        f"Received: {option}={value!r}"
-    )
-
-
-def _check_exportable(model, config):
-    """Refuses a model whose options BERT's config cannot express: the
-    model that config loads into must have the same config."""
-    if model.num_segments is None:
-        _refuse_export("num_segments", None, "BERT has token type embeddings")
-    expected = TransformerEncoderClassifier(
-        **model_arguments(config, model.num_classes)
-    ).get_config()
-    given = model.get_config()
-    for option in sorted(set(expected) - {"name", "trainable", "dtype"}):
-        if given.get(option) != expected[option]:
-            _refuse_export(
-                option, given.get(option), f"BERT's has {option}={expected[option]!r}"
-            )
-
-
 def export(model, directory):
     """Writes a `TransformerEncoderClassifier` as a
     `BertForSequenceClassification` checkpoint.
@@ -434,24 +412,23 @@ def export(model, directory):
     Returns:
         The directory as a `pathlib.Path`.
     """
-    from safetensors.numpy import save_file
-
     if not isinstance(model, TransformerEncoderClassifier):
         raise TypeError(
             "A BERT export writes a keras_attn.models.TransformerEncoderClassifier. "
             f"Received: model of type {type(model).__name__}"
         )
+    if model.num_segments is None:
+        refuse_export("BERT", "num_segments", None, "BERT has token type embeddings")
     config = _bert_config(model)
-    _check_exportable(model, config)
     arguments = model_arguments(config, model.num_classes)
-    tensors = invert_mapping(
-        model, lambda get: _to_ours(get, arguments, "bert.", True, True)
+    return write_exported_checkpoint(
+        model,
+        directory,
+        "BERT",
+        config,
+        arguments,
+        lambda get: _to_ours(get, arguments, "bert.", True, True),
     )
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return directory
 
 
 def export_tokenizer(tokenizer, directory):

@@ -463,6 +463,43 @@ def invert_mapping(model, to_ours):
     }
 
 
+def refuse_export(family_name, option, value, why):
+    """Raises the `ValueError` of a model option a family cannot hold."""
+    raise ValueError(
+        f"A {family_name} checkpoint cannot hold this model exactly: {why}. "
+        f"Received: {option}={value!r}"
+    )
+
+
+def write_exported_checkpoint(model, directory, family_name, config, arguments, to_ours):
+    """Writes `model` as a checkpoint of `config`; returns the directory.
+
+    `arguments` are what the family's `model_arguments(config)` maps back
+    to: a model of them must have `model`'s config (any option that differs
+    is one the checkpoint cannot hold, refused naming it, before anything
+    is written). Then `model.safetensors` (the load mapping `to_ours` run
+    backwards, `invert_mapping`) and `config.json`.
+    """
+    from safetensors.numpy import save_file
+
+    expected = type(model)(**arguments).get_config()
+    given = model.get_config()
+    for option in sorted(set(expected) - {"name", "trainable", "dtype"}):
+        if given.get(option) != expected[option]:
+            refuse_export(
+                family_name,
+                option,
+                given.get(option),
+                f"{family_name}'s has {option}={expected[option]!r}",
+            )
+    tensors = invert_mapping(model, to_ours)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return directory
+
+
 def register_family(model_type, module):
     """Registers the mapping of a `model_type`: a module or its dotted name.
 

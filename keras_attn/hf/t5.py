@@ -52,10 +52,11 @@ from keras_attn.hf.files import (
     assign_weights,
     check_all_used,
     check_overrides,
-    invert_mapping,
     refuse_config_field,
+    refuse_export,
     take,
     with_flash_attention,
+    write_exported_checkpoint,
 )
 from keras_attn.hf.marian import PADDING_LOGIT
 from keras_attn.layers.blocks.feed_forward import is_gated
@@ -387,10 +388,10 @@ def _t5_config(model):
     for theirs, ours in _ACTIVATIONS.items():
         projections.setdefault(ours, theirs)  # "gated-gelu", not its alias
     if model.activation not in projections:
-        _refuse_export("activation", model.activation, "T5 has no such network")
+        refuse_export("T5", "activation", model.activation, "T5 has no such network")
     position = model.position_scheme
     if position.name != "relative":
-        _refuse_export("position", model.position, "T5's positions are relative")
+        refuse_export("T5", "position", model.position, "T5's positions are relative")
     config = {
         "model_type": "t5",
         "architectures": ["T5ForConditionalGeneration"],
@@ -419,13 +420,6 @@ def _t5_config(model):
     return config
 
 
-def _refuse_export(option, value, why):
-    raise ValueError(
-        f"A T5 checkpoint cannot hold this model exactly: {why}. "
-        f"Received: {option}={value!r}"
-    )
-
-
 def export(model, directory):
     """Writes a `Transformer` with T5's options as a T5 checkpoint.
 
@@ -443,31 +437,16 @@ def export(model, directory):
     Returns:
         The directory as a `pathlib.Path`.
     """
-    import json
-    from pathlib import Path
-
-    from safetensors.numpy import save_file
-
     if not isinstance(model, Transformer):
         raise TypeError(
             "A T5 export writes a keras_attn.models.Transformer. Received: "
             f"model of type {type(model).__name__}"
         )
     config = _t5_config(model)
-    expected = Transformer(**model_arguments(config, model.tie_embeddings))
-    given, expected = model.get_config(), expected.get_config()
-    for option in sorted(set(expected) - {"name", "trainable", "dtype"}):
-        if given.get(option) != expected[option]:
-            _refuse_export(
-                option, given.get(option), f"T5's has {option}={expected[option]!r}"
-            )
     arguments = model_arguments(config, model.tie_embeddings)
-    tensors = invert_mapping(model, lambda get: _to_ours(get, arguments))
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return directory
+    return write_exported_checkpoint(
+        model, directory, "T5", config, arguments, lambda get: _to_ours(get, arguments)
+    )
 
 
 def export_tokenizer(tokenizer, directory):
