@@ -29,10 +29,10 @@ def load_text_generator(task_class, source, dtype=None, **kwargs):
     overrides = {} if dtype is None else {"dtype": dtype}
     model = checkpoints.load_model(directory, TransformerLM, **overrides)
     tokenizer = HFTokenizer.from_directory(directory)
-    adds_start = tokenizer.start_id is not None and tokenizer.encode([""])[0][
-        :1
-    ] == [tokenizer.start_id]
-    kwargs.setdefault("add_start", adds_start)
+    first = tokenizer.encode([""])[0][:1]  # the BOS where it adds one
+    kwargs.setdefault(
+        "add_start", tokenizer.start_id is not None and first == [tokenizer.start_id]
+    )
     return task_class(
         model,
         CheckpointTokenizer(tokenizer, model.vocabulary_size, model.pad_id),

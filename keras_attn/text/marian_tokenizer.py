@@ -31,6 +31,8 @@ from keras_attn.text.tokenizer import (
     PRESET_ASSETS_DIR,
     SubwordTokenizer,
     _to_id_tensor,
+    check_described,
+    preset_tokenizer_files,
     tokenize_in_python,
 )
 
@@ -295,9 +297,9 @@ class MarianTokenizer(SubwordTokenizer):
         Marian's files (`save`) go to `assets/tokenizer/`; `tokenizer.json`
         at the top of the preset holds `get_config()`, the class name and
         the path of `source.spm` there (`model_file`, as a
-        `SubwordTokenizer` preset names its model file). A model's `save_to_preset(directory, tokenizer=...)`
-        calls this, and `Translator.from_preset(directory)` reads it back
-        (`from_preset`).
+        `SubwordTokenizer` preset names its model file). A model's
+        `save_to_preset(directory, tokenizer=...)` calls this, and
+        `Translator.from_preset(directory)` reads it back (`from_preset`).
 
         Args:
             directory: a `str` or `pathlib.Path`; created if missing.
@@ -323,31 +325,16 @@ class MarianTokenizer(SubwordTokenizer):
         Returns:
             A `MarianTokenizer`.
         """
-        from keras_attn.file_safety import confined_path
-        from keras_attn.models.preset_files import preset_file, read_preset_file
+        from keras_attn.models.preset_files import preset_file
         from keras_attn.models.preset_io import preset_directory
 
         directory = preset_directory(preset)
-        config = read_preset_file(directory, PRESET_CONFIG_FILE)
-        source_model = confined_path(
-            directory,
-            config["model_file"],
-            repr(str(directory / PRESET_CONFIG_FILE)),
-            what="tokenizer model file",
-            folder="the preset",
-        )
+        config, source_model = preset_tokenizer_files(directory)
         folder = source_model.parent
-        for name in (SOURCE_MODEL_FILE, TARGET_MODEL_FILE, VOCABULARY_FILE):
+        for name in (TARGET_MODEL_FILE, VOCABULARY_FILE):  # inside the preset too
             preset_file(directory, str(folder.relative_to(directory) / name))
         tokenizer = cls.load(folder)
-        saved = {key: config.get(key) for key in ("vocabulary_size", "pad_id", "end_id")}
-        actual = {key: tokenizer.get_config()[key] for key in saved}
-        if saved != actual:
-            raise ValueError(
-                f"{str(directory / PRESET_CONFIG_FILE)!r} does not describe the "
-                f"tokenizer files in {str(folder)!r}: the config says {saved}, "
-                f"the files have {actual}."
-            )
+        check_described(tokenizer, config, directory / PRESET_CONFIG_FILE, folder)
         return tokenizer
 
     @classmethod

@@ -129,6 +129,46 @@ def _train_model_proto(
     return model_writer.getvalue()
 
 
+def preset_tokenizer_files(directory):
+    """`(config, model_file)` of a preset's tokenizer: its `tokenizer.json`
+    and the model file that names, refused if missing or outside the
+    preset (no `../`, no absolute path, no symbolic link out of it)."""
+    from keras_attn.file_safety import confined_path
+    from keras_attn.models.preset_files import preset_file, read_preset_file
+
+    if not preset_file(directory, CONFIG_FILE).is_file():
+        raise FileNotFoundError(
+            f"The preset directory {str(directory)!r} has no tokenizer: "
+            f"{CONFIG_FILE!r} is missing."
+        )
+    config = read_preset_file(directory, CONFIG_FILE)
+    model_file = confined_path(
+        directory,
+        config["model_file"],
+        repr(str(directory / CONFIG_FILE)),
+        what="tokenizer model file",
+        folder="the preset",
+    )
+    if not model_file.is_file():
+        raise FileNotFoundError(
+            f"The preset directory {str(directory)!r} has no tokenizer "
+            f"model: {str(model_file)!r} (named by {CONFIG_FILE!r}) is missing."
+        )
+    return config, model_file
+
+
+def check_described(tokenizer, config, config_path, files):
+    """Raises unless `config` (read from `config_path`) gives the vocabulary
+    size and special ids `tokenizer` (read from `files`) has."""
+    saved = {key: config.get(key) for key in ("vocabulary_size", "pad_id", "end_id")}
+    actual = {key: tokenizer.get_config()[key] for key in saved}
+    if saved != actual:
+        raise ValueError(
+            f"{str(config_path)!r} does not describe {str(files)!r}: the "
+            f"config says {saved}, the tokenizer files have {actual}."
+        )
+
+
 class SubwordTokenizer(tf.Module):
     """Subword tokenizer shared by source and target languages.
 
@@ -468,31 +508,10 @@ class SubwordTokenizer(tf.Module):
         Returns:
             A `SubwordTokenizer`.
         """
-        from keras_attn.file_safety import confined_path
-        from keras_attn.models.preset_files import preset_file, read_preset_file
         from keras_attn.models.preset_io import preset_directory
 
         directory = preset_directory(preset)
-        if not preset_file(directory, CONFIG_FILE).is_file():
-            raise FileNotFoundError(
-                f"The preset directory {str(directory)!r} has no tokenizer: "
-                f"{CONFIG_FILE!r} is missing."
-            )
-        config = read_preset_file(directory, CONFIG_FILE)
-        # The model file's name is read from the preset: it must stay inside
-        # it (no `../`, no absolute path, no symbolic link out of it).
-        model_file = confined_path(
-            directory,
-            config["model_file"],
-            repr(str(directory / CONFIG_FILE)),
-            what="tokenizer model file",
-            folder="the preset",
-        )
-        if not model_file.is_file():
-            raise FileNotFoundError(
-                f"The preset directory {str(directory)!r} has no tokenizer "
-                f"model: {str(model_file)!r} (named by {CONFIG_FILE!r}) is missing."
-            )
+        config, model_file = preset_tokenizer_files(directory)
         return cls._checked(model_file, directory / CONFIG_FILE, config)
 
     @classmethod
@@ -537,16 +556,7 @@ class SubwordTokenizer(tf.Module):
                 "`tokenizer.model` written by `SubwordTokenizer.save` or "
                 "`save_to_preset`."
             ) from error
-        saved = {
-            key: config.get(key) for key in ("vocabulary_size", "pad_id", "end_id")
-        }
-        actual = {key: tokenizer.get_config()[key] for key in saved}
-        if saved != actual:
-            raise ValueError(
-                f"{str(config_path)!r} does not describe "
-                f"{str(model_path)!r}: the config says {saved}, "
-                f"the model has {actual}."
-            )
+        check_described(tokenizer, config, config_path, model_path)
         return tokenizer
 
     def __repr__(self):
