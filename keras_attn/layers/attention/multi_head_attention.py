@@ -52,6 +52,7 @@ from keras_attn.layers.attention.query_key_heads import (
     head_norm,
     transform_heads,
 )
+from keras_attn.layers.call_arguments import call_arguments
 from keras_attn.layers.legacy_config import migrate_attention_config
 from keras_attn.validation import (
     check_bool,
@@ -399,6 +400,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
+        # The initializers, regularizers and constraints, as Keras saves them.
+        serialize = keras.saving.serialize_keras_object
         config.update(
             {
                 "num_heads": self._num_heads,
@@ -410,25 +413,13 @@ class MultiHeadAttention(keras.layers.Layer):
                 "attention_axes": self._attention_axes,
                 "sliding_window": self._sliding_window,
                 "flash_attention": self._flash_attention,
-                "kernel_initializer": keras.initializers.serialize(
-                    self._kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self._bias_initializer
-                ),
-                "kernel_regularizer": keras.regularizers.serialize(
-                    self._kernel_regularizer
-                ),
-                "bias_regularizer": keras.regularizers.serialize(
-                    self._bias_regularizer
-                ),
-                "activity_regularizer": keras.regularizers.serialize(
-                    self._activity_regularizer
-                ),
-                "kernel_constraint": keras.constraints.serialize(
-                    self._kernel_constraint
-                ),
-                "bias_constraint": keras.constraints.serialize(self._bias_constraint),
+                "kernel_initializer": serialize(self._kernel_initializer),
+                "bias_initializer": serialize(self._bias_initializer),
+                "kernel_regularizer": serialize(self._kernel_regularizer),
+                "bias_regularizer": serialize(self._bias_regularizer),
+                "activity_regularizer": serialize(self._activity_regularizer),
+                "kernel_constraint": serialize(self._kernel_constraint),
+                "bias_constraint": serialize(self._bias_constraint),
                 "use_gate": self._use_gate,
                 "seed": self.seed,
             }
@@ -883,26 +874,17 @@ class MultiHeadAttention(keras.layers.Layer):
         check_key_value_shapes(value_shape, key_shape)
         return (*tuple(query_shape)[:-1], *(self._output_shape or (query_shape[-1],)))
 
-    def compute_output_spec(
-        self,
-        query,
-        value,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
-        attention_bias=None,
-    ):
+    def compute_output_spec(self, *args, **kwargs):
+        # `call`'s arguments; only the inputs and `return_attention_scores`
+        # shape the output.
+        arguments = call_arguments(self, args, kwargs)
+        query, value, key = arguments["query"], arguments["value"], arguments["key"]
         key_shape = None if key is None else key.shape
         output = keras.KerasTensor(
             self.compute_output_shape(query.shape, value.shape, key_shape),
             dtype=self.compute_dtype,
         )
-        if not return_attention_scores:
+        if not arguments["return_attention_scores"]:
             return output
         rank = len(query.shape)
         if rank == 3:

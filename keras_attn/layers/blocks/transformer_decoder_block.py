@@ -10,6 +10,7 @@ from keras_attn.layers.attention.masking import (
     merge_attention_masks,
 )
 from keras_attn.layers.blocks.stacked_decoder_cache import (
+    STACKED_CACHE_ARGUMENTS,
     StackedDecoderCacheMixin,
     uses_stacked_cache,
 )
@@ -17,6 +18,7 @@ from keras_attn.layers.blocks.transformer_block_base import (
     TransformerBlockBase,
     check_sequence_shape,
 )
+from keras_attn.layers.call_arguments import call_arguments
 
 
 def write_cache(cache, index, keys, values):
@@ -53,26 +55,23 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         dropout: float in `[0, 1)`, residual dropout, applied by
             `keras_attn.layers.FastDropout` (whose docstring says how it
             rounds the rate). Defaults to `0.0`.
-        activation: feed-forward activation: a Keras activation (name or
-            callable) or a gated one, `"geglu"`, `"swiglu"` or `"reglu"`
-            (see `keras_attn.layers.FeedForward`). Defaults to `"relu"`.
-        layer_norm_epsilon: float, a normal float32 number (at least
-            `2**-126`; smaller ones are flushed to zero and a position of
-            equal values would normalize to NaN). Defaults to `1e-6`.
+        activation: the feed-forward activation, a Keras activation or a
+            gated one, as in `keras_attn.layers.TransformerEncoderBlock`.
+            Defaults to `"relu"`.
+        layer_norm_epsilon: float, a normal float32 number, as in
+            `keras_attn.layers.TransformerEncoderBlock`. Defaults to `1e-6`.
         normalize_first: bool, pre-norm instead of the paper's post-norm.
             Defaults to `False`.
         kernel_initializer: initializer of the attention and feed-forward
             kernels. Defaults to `"glorot_uniform"`.
         bias_initializer: initializer of the attention and feed-forward
             biases. Defaults to `"zeros"`.
-        normalization: `"layer"` (`keras_attn.layers.LayerNorm`) or
-            `"rms"` (`keras_attn.layers.RMSNormalization`, no centering or
-            offset), the sub-layer norms, both with epsilon
-            `layer_norm_epsilon`. Defaults to `"layer"`.
-        use_bias: bool; `False` removes the biases of the attention
-            projections and of the feed-forward network, and the offsets
-            (`beta`) of the layer norms (`center=False`), as in LLaMA or
-            PaLM. Defaults to `True`.
+        normalization: `"layer"` or `"rms"`, the sub-layer norms, as in
+            `keras_attn.layers.TransformerEncoderBlock`. Defaults to
+            `"layer"`.
+        use_bias: bool; `False` removes the biases and the layer norms'
+            offsets, as in `keras_attn.layers.TransformerEncoderBlock`.
+            Defaults to `True`.
         attention: the settings of the self- and cross-attention: a
             `keras_attn.layers.AttentionSettings` (attention dropout, the
             fused kernel, grouped key/value heads, QK-norm, rotary
@@ -491,33 +490,16 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return decoder_sequence_shape
 
-    def compute_output_spec(
-        self,
-        decoder_sequence,
-        encoder_sequence=None,
-        decoder_padding_mask=None,
-        encoder_padding_mask=None,
-        decoder_attention_mask=None,
-        use_causal_mask=True,
-        return_attention_scores=False,
-        training=None,
-        encoder_attention_mask=None,
-        self_attention_bias=None,
-        self_attention_cache=None,
-        self_attention_cache_update_index=None,
-        cross_attention_cache=None,
-        cross_attention_cache_update_index=None,
-        decoder_sequence_mask=None,
-        encoder_sequence_mask=None,
-    ):
+    def compute_output_spec(self, *args, **kwargs):
+        # `call`'s arguments; the sequences, `return_attention_scores` and
+        # keras-hub's cache arguments shape the output.
+        arguments = call_arguments(self, args, kwargs)
+        decoder_sequence = arguments["decoder_sequence"]
+        encoder_sequence = arguments["encoder_sequence"]
+        return_attention_scores = arguments["return_attention_scores"]
         self._check_encoder_sequence(encoder_sequence)
         output = keras.KerasTensor(decoder_sequence.shape, dtype=self.compute_dtype)
-        stacked_caches = (
-            self_attention_cache,
-            self_attention_cache_update_index,
-            cross_attention_cache,
-            cross_attention_cache_update_index,
-        )
+        stacked_caches = tuple(arguments[name] for name in STACKED_CACHE_ARGUMENTS)
         if uses_stacked_cache(stacked_caches):
             return self._stacked_cache_output_spec(
                 output, stacked_caches, return_attention_scores
@@ -527,10 +509,7 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
         if encoder_sequence is None:
             return output, None
         # (batch, num_heads, target_length, source_length)
-        scores_shape = (
-            decoder_sequence.shape[0],
-            self.num_heads,
-            decoder_sequence.shape[1],
-            encoder_sequence.shape[1],
+        _, scores = self.cross_attention.compute_output_spec(
+            decoder_sequence, encoder_sequence, return_attention_scores=True
         )
-        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
+        return output, scores

@@ -7,6 +7,7 @@ from keras_attn.layers.blocks.transformer_block_base import (
     TransformerBlockBase,
     check_sequence_shape,
 )
+from keras_attn.layers.call_arguments import call_arguments
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -117,25 +118,16 @@ class TransformerEncoderBlock(TransformerBlockBase):
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
 
-    def compute_output_spec(
-        self,
-        inputs,
-        padding_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        training=None,
-        return_attention_scores=False,
-        attention_bias=None,
-        mask=None,
-    ):
+    def compute_output_spec(self, *args, **kwargs):
+        # `call`'s arguments; only `inputs` and `return_attention_scores`
+        # shape the output.
+        arguments = call_arguments(self, args, kwargs)
+        inputs = arguments["inputs"]
         output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
+        if not arguments["return_attention_scores"]:
             return output
         # (batch, num_heads, length, length)
-        scores_shape = (
-            inputs.shape[0],
-            self.num_heads,
-            inputs.shape[1],
-            inputs.shape[1],
+        _, scores = self.self_attention.compute_output_spec(
+            inputs, inputs, return_attention_scores=True
         )
-        return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
+        return output, scores
