@@ -49,13 +49,12 @@ at all. `export` writes such a `Transformer` back as a T5 checkpoint.
 import numpy as np
 
 from keras_attn.hf.files import (
-    assign_weights,
-    check_all_used,
     check_overrides,
+    load_weights,
     refuse_config_field,
     refuse_export,
-    take,
     with_flash_attention,
+    with_load_model_args,
     write_exported_checkpoint,
 )
 from keras_attn.hf.marian import PADDING_LOGIT
@@ -345,14 +344,12 @@ def _check_copies(weights, source):
     return names
 
 
+@with_load_model_args
 def load_model(directory, config, weights, **overrides):
     """A `Transformer` holding a T5 checkpoint's weights.
 
     Args:
-        directory: the checkpoint directory (for messages).
-        config: its `config.json` (`keras_attn.hf.files.read_config`).
-        weights: its tensors (`keras_attn.hf.files.read_weights`), or
-            `None` for random weights.
+        {{load_model_args}}
         **overrides: `dtype`, `name` or `flash_attention`; arguments that
             would change the architecture are refused.
 
@@ -366,17 +363,11 @@ def load_model(directory, config, weights, **overrides):
     model = Transformer(**with_flash_attention(arguments, overrides))
     if weights is None:
         return model
-    used = {"lm_head.weight"} if "lm_head.weight" in weights else set()
-
-    def get(name, shape):
-        used.add(name)
-        return take(weights, name, shape, source)
-
-    ours = _to_ours(get, arguments)
-    used |= _check_copies(weights, source)
-    check_all_used(set(weights) - used, "T5", source)
-    assign_weights(model, ours, "T5")
-    return model
+    # A tied `lm_head` is the shared embedding (`_ties_lm_head`).
+    accounted = _check_copies(weights, source) | {"lm_head.weight"}
+    return load_weights(
+        model, weights, lambda get: _to_ours(get, arguments), "T5", source, accounted
+    )
 
 
 # === Export: ours -> T5's ===
@@ -480,9 +471,7 @@ def export_tokenizer(tokenizer, directory):
         "pad_token": inner.piece(0),
     }
     if inner.is_sentencepiece:
-        (directory / "spiece.model").write_bytes(
-            inner.encoder.serialized_model_proto()
-        )
+        (directory / "spiece.model").write_bytes(inner.encoder.serialized_model_proto())
     else:
         inner.encoder.save(str(directory / "tokenizer.json"))
     (directory / "tokenizer_config.json").write_text(
