@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_attn.hf.files import (
+    check_export_class,
     check_overrides,
     load_weights,
     refuse_config_field,
@@ -407,11 +408,7 @@ def export(model, directory):
     Returns:
         The directory as a `pathlib.Path`.
     """
-    if not isinstance(model, TransformerEncoderClassifier):
-        raise TypeError(
-            "A BERT export writes a keras_attn.models.TransformerEncoderClassifier. "
-            f"Received: model of type {type(model).__name__}"
-        )
+    check_export_class(model, TransformerEncoderClassifier, "BERT")
     if model.num_segments is None:
         refuse_export("BERT", "num_segments", None, "BERT has token type embeddings")
     config = _bert_config(model)

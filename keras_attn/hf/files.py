@@ -363,6 +363,22 @@ def refuse_config_field(family_name, field, value, why):
     )
 
 
+def check_token_ids(family_name, fields, names, vocabulary_size):
+    """Refuses a config field of `names` (in `fields`, a dict) that is not
+    one token id of a vocabulary of `vocabulary_size`."""
+    for name in names:
+        value = fields[name]
+        if not isinstance(value, int) or isinstance(value, bool):
+            refuse_config_field(family_name, name, value, "is not one token id")
+        if not 0 <= value < vocabulary_size:
+            refuse_config_field(
+                family_name,
+                name,
+                value,
+                f"is outside the vocabulary of {vocabulary_size}",
+            )
+
+
 def check_overrides(family_name, overrides, allowed):
     """Refuses `from_preset` arguments other than `allowed` (names)."""
     unknown = sorted(set(overrides) - set(allowed))
@@ -523,6 +539,16 @@ def invert_mapping(model, to_ours, family_name):
         name: flat[starts[name] : starts[name] + int(np.prod(shape))].reshape(shape)
         for name, shape in shapes.items()
     }
+
+
+def check_export_class(model, model_class, family_name):
+    """Refuses a `model` that is not a `model_class`, the class a
+    `family_name` checkpoint loads as."""
+    if not isinstance(model, model_class):
+        raise TypeError(
+            f"A {family_name} export writes a keras_attn.models."
+            f"{model_class.__name__}. Received: model of type {type(model).__name__}"
+        )
 
 
 def refuse_export(family_name, option, value, why):

@@ -45,7 +45,9 @@ import json
 import numpy as np
 
 from keras_attn.hf.files import (
+    check_export_class,
     check_overrides,
+    check_token_ids,
     invert_mapping,
     load_weights,
     refuse_config_field,
@@ -168,12 +170,8 @@ def model_arguments(config):
     for name in ("activation_dropout", "encoder_layerdrop", "decoder_layerdrop"):
         if fields[name]:
             _refuse(name, fields[name], "has no counterpart in our blocks")
-    for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-        value = fields[name]
-        if not isinstance(value, int) or isinstance(value, bool):
-            _refuse(name, value, "is not one token id")
-        if not 0 <= value < vocabulary:
-            _refuse(name, value, f"is outside the vocabulary of {vocabulary}")
+    special_ids = ("pad_token_id", "eos_token_id", "decoder_start_token_id")
+    check_token_ids("Marian", fields, special_ids, vocabulary)
     if fields["d_model"] % 2:
         _refuse("d_model", fields["d_model"], "is odd (sines and cosines pair up)")
     return dict(
@@ -416,11 +414,7 @@ def load_tokenizer(directory, config):
 
 def _check_exportable(model):
     """Refuses a model whose options Marian cannot express, naming them."""
-    if not isinstance(model, Transformer):
-        raise TypeError(
-            "A Marian checkpoint is a keras_attn.models.Transformer. "
-            f"Received: model of type {type(model).__name__}"
-        )
+    check_export_class(model, Transformer, "Marian")
     scheme = model.position_scheme
     required = {
         "position": (model.position, "sinusoidal"),
@@ -593,34 +587,11 @@ def _save_subword_tokenizer(tokenizer, directory):
 
 
 def load_translator(translator_class, source, dtype=None, **options):
-    """A `Translator` of a Marian checkpoint: its model and tokenizer.
+    """A `Translator` of a Marian checkpoint: its model and tokenizer
+    (`keras_attn.hf.tasks.load_translator`, which has the arguments)."""
+    # Not at the top: `tasks` imports keras_attn.text, and with it TensorFlow.
+    from keras_attn.hf import tasks
 
-    What `keras_attn.text.Translator.from_preset("hf://...")` (or a local
-    checkpoint directory) runs. Decoding is ours (`Translator`'s options);
-    the checkpoint's `generation_config.json` is not read.
-
-    Args:
-        translator_class: `keras_attn.text.Translator` (or a subclass).
-        source: `"hf://owner/name[@revision]"` or a checkpoint directory.
-        dtype: the model's dtype policy. Defaults to `None`, meaning the
-            global policy.
-        **options: `Translator` arguments (`strategy`, `beam_size`,
-            `batch_size`, ...).
-
-    Returns:
-        A `translator_class`.
-    """
-    from keras_attn.hf.files import read_config, read_weights, resolve_checkpoint
-
-    directory = resolve_checkpoint(source)
-    config = read_config(directory)
-    if config["model_type"] not in MODEL_TYPES:
-        raise ValueError(
-            f"A Translator loads a Marian checkpoint (model_type='marian'). "
-            f"Received: {str(source)!r} with model_type={config['model_type']!r}"
-        )
-    tokenizer = load_tokenizer(directory, config)
-    overrides = {} if dtype is None else {"dtype": dtype}
-    model = load_model(directory, config, read_weights(directory), **overrides)
-    options = {name: value for name, value in options.items() if value is not None}
-    return translator_class(model, tokenizer, **options)
+    return tasks.load_translator(
+        translator_class, source, dtype, MODEL_TYPES, **options
+    )
