@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_attn.hf.files import (
+    OVERRIDES,
     check_export_class,
     check_overrides,
     load_weights,
@@ -91,7 +92,7 @@ _DEFAULTS = {
 # ("gelu_new", "gelu_pytorch_tanh") have no name of ours and are refused.
 _ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
 # `from_preset` arguments that do not change what the checkpoint computes.
-_OVERRIDES = ("dtype", "name", "flash_attention", "num_classes", "dropout")
+_OVERRIDES = (*OVERRIDES, "num_classes", "dropout")
 # The heads of the pretraining checkpoints: not part of a classifier.
 _PRETRAINING_HEADS = "cls."
 # Our weights that a checkpoint without a classifier leaves to their
@@ -345,7 +346,7 @@ def load_model(directory, config, weights, **overrides):
     with_pooler = with_head or f"{prefix}pooler.dense.weight" in weights
     accounted = _check_position_ids(weights, prefix, source)
     if not with_head:
-        accounted |= {n for n in weights if n.startswith(_PRETRAINING_HEADS)}
+        accounted |= {name for name in weights if name.startswith(_PRETRAINING_HEADS)}
     fresh = () if with_head else (_HEAD,) if with_pooler else (_HEAD, _POOLER)
     return load_weights(
         model,

@@ -45,6 +45,7 @@ import json
 import numpy as np
 
 from keras_attn.hf.files import (
+    OVERRIDES,
     check_export_class,
     check_overrides,
     check_token_ids,
@@ -59,8 +60,6 @@ from keras_attn.models.transformer import Transformer
 
 MODEL_CLASS = Transformer
 MODEL_TYPES = ("marian",)
-# `from_preset` arguments that do not change what the checkpoint computes.
-_OVERRIDES = ("dtype", "name", "flash_attention")
 # `export` writes the tokenizer itself: the exported ids depend on it.
 EXPORT_WITH_TOKENIZER = True
 # Marian's `nn.LayerNorm`s use torch's default epsilon.
@@ -351,8 +350,7 @@ def load_model(directory, config, weights, **overrides):
 
     Args:
         {{load_model_args}}
-        **overrides: `dtype`, `name` or `flash_attention`; arguments that
-            would change the architecture are refused.
+        {{overrides}}
 
     Returns:
         A `keras_attn.models.Transformer` whose `logits[..., 1:]` are
@@ -360,7 +358,7 @@ def load_model(directory, config, weights, **overrides):
     """
     source = f"the checkpoint {str(directory)!r}"
     arguments = model_arguments(config)
-    check_overrides("Marian", overrides, _OVERRIDES)
+    check_overrides("Marian", overrides, OVERRIDES)
     model = Transformer(**with_flash_attention(arguments, overrides))
     if weights is None:
         return model

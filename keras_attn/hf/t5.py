@@ -49,6 +49,7 @@ at all. `export` writes such a `Transformer` back as a T5 checkpoint.
 import numpy as np
 
 from keras_attn.hf.files import (
+    OVERRIDES,
     check_export_class,
     check_overrides,
     check_token_ids,
@@ -66,8 +67,6 @@ from keras_attn.models.transformer import Transformer
 
 MODEL_CLASS = Transformer
 MODEL_TYPES = ("t5",)
-# `from_preset` arguments that do not change what the checkpoint computes.
-_OVERRIDES = ("dtype", "name", "flash_attention")
 # Our ids are T5's plus this; 0 is padding.
 ID_OFFSET = 1
 # `transformers.T5Config`'s defaults, for fields a config.json leaves out.
@@ -348,15 +347,14 @@ def load_model(directory, config, weights, **overrides):
 
     Args:
         {{load_model_args}}
-        **overrides: `dtype`, `name` or `flash_attention`; arguments that
-            would change the architecture are refused.
+        {{overrides}}
 
     Returns:
         A `keras_attn.models.Transformer` whose `logits[..., 1:]` are
         T5's (see the module docstring).
     """
     source = f"the checkpoint {str(directory)!r}"
-    check_overrides("T5", overrides, _OVERRIDES)
+    check_overrides("T5", overrides, OVERRIDES)
     arguments = model_arguments(config, _ties_lm_head(config, weights))
     model = Transformer(**with_flash_attention(arguments, overrides))
     if weights is None:
