@@ -9,7 +9,6 @@ from keras_attn.generation.decoding_inputs import (
     check_end_ids,
     check_max_length_for,
     check_token_batch,
-    empty_result,
     max_length_limit,
 )
 from keras_attn.generation.decoding_loop import (
@@ -21,11 +20,13 @@ from keras_attn.generation.decoding_loop import (
     loop_inputs,
     reorder_self_attention,
 )
-from keras_attn.generation.logits_processors import check_processors
 from keras_attn.generation.samplers import check_sampling_args, from_strategy
-from keras_attn.generation.seq2seq import decoding_result
-from keras_attn.generation.stop_sequences import check_stop_sequences
-from keras_attn.validation import check_bool, check_choice
+from keras_attn.generation.seq2seq import (
+    check_decoding_options,
+    decoding_result,
+    empty_decoding_result,
+)
+from keras_attn.validation import check_choice
 
 LM_STRATEGIES = ("greedy", "sample")
 # `generate_lm`'s sampler options and their defaults: with `sampler=`, these
@@ -262,21 +263,14 @@ def generate_lm(
         strategy=strategy, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed
     )
     sampler = _resolve_sampler(sampler, options)
-    use_cache = check_bool(use_cache, "use_cache")
-    processors = check_processors(processors, model.vocabulary_size)
-    stop_sequences = check_stop_sequences(
-        stop_sequences, model.vocabulary_size, model.pad_id
+    use_cache, processors, stop_sequences, return_token_scores = check_decoding_options(
+        model, use_cache, processors, stop_sequences, return_token_scores
     )
-    return_token_scores = check_bool(return_token_scores, "return_token_scores")
     prompt_tokens, max_length, end_id = _check_prompt(
         model, prompt_tokens, max_length, end_id
     )
     if prompt_tokens.shape[0] == 0:
-        tokens, scores = empty_result(sampler, max_length)
-        token_scores = (
-            ops.zeros(tokens.shape, "float32") if return_token_scores else None
-        )
-        return decoding_result(tokens, scores, sampler, token_scores)
+        return empty_decoding_result(sampler, max_length, return_token_scores)
     settings = lm_settings(
         model, end_id, sampler, use_cache, processors, stop_sequences
     )

@@ -200,13 +200,6 @@ def check_token_batch(tokens, name, vocabulary_size):
     return ops.convert_to_tensor(tokens, "int32")
 
 
-def empty_result(sampler, max_length):
-    """The result of decoding an empty batch: no rows, the usual columns."""
-    tokens = ops.zeros((0, sampler.num_beams, max_length), "int32")
-    scores = ops.zeros((0, sampler.num_beams), "float32")
-    return tokens, scores
-
-
 def resolve_max_length(model, encoder_tokens, max_length):
     """`max_length` if given, else source length + 50 (the paper's rule).
 

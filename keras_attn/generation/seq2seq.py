@@ -8,7 +8,6 @@ from keras_attn.generation.decoding_inputs import (
     check_source,
     check_special_token_ids,
     check_token_batch,
-    empty_result,
     resolve_max_length,
 )
 from keras_attn.generation.decoding_loop import (
@@ -141,6 +140,27 @@ def decoding_result(tokens, scores, sampler, token_scores=None):
     return result
 
 
+def empty_decoding_result(sampler, max_length, return_token_scores=False):
+    """`decoding_result` of an empty batch: no rows, the usual columns."""
+    tokens = ops.zeros((0, sampler.num_beams, max_length), "int32")
+    scores = ops.zeros((0, sampler.num_beams), "float32")
+    token_scores = ops.zeros(tokens.shape, "float32") if return_token_scores else None
+    return decoding_result(tokens, scores, sampler, token_scores)
+
+
+def check_decoding_options(
+    model, use_cache, processors, stop_sequences, return_token_scores
+):
+    """The options that every model's decoding takes, checked:
+    `(use_cache, processors, stop_sequences, return_token_scores)`."""
+    return (
+        check_bool(use_cache, "use_cache"),
+        check_processors(processors, model.vocabulary_size),
+        check_stop_sequences(stop_sequences, model.vocabulary_size, model.pad_id),
+        check_bool(return_token_scores, "return_token_scores"),
+    )
+
+
 def generate_seq2seq(
     model,
     encoder_tokens,
@@ -222,23 +242,16 @@ def generate_seq2seq(
     end_id = check_special_token_ids(
         start_id, end_id, model.vocabulary_size, model.pad_id
     )
-    use_cache = check_bool(use_cache, "use_cache")
-    processors = check_processors(processors, model.vocabulary_size)
-    stop_sequences = check_stop_sequences(
-        stop_sequences, model.vocabulary_size, model.pad_id
+    use_cache, processors, stop_sequences, return_token_scores = check_decoding_options(
+        model, use_cache, processors, stop_sequences, return_token_scores
     )
-    return_token_scores = check_bool(return_token_scores, "return_token_scores")
     encoder_tokens = check_source(model, encoder_tokens)
     max_length = resolve_max_length(model, encoder_tokens, max_length)
     prefix_tokens = check_prefix(
         model, prefix_tokens, max_length, encoder_tokens.shape[0]
     )
     if encoder_tokens.shape[0] == 0:
-        tokens, scores = empty_result(sampler, max_length)
-        token_scores = (
-            ops.zeros(tokens.shape, "float32") if return_token_scores else None
-        )
-        return decoding_result(tokens, scores, sampler, token_scores)
+        return empty_decoding_result(sampler, max_length, return_token_scores)
     settings = seq2seq_settings(
         model, start_id, end_id, sampler, use_cache, processors, stop_sequences
     )

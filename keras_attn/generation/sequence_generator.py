@@ -15,7 +15,6 @@ from keras_attn.generation.decoding_inputs import (
     check_max_length_for,
     check_source,
     check_special_token_ids,
-    empty_result,
     resolve_max_length,
 )
 from keras_attn.generation.greedy_search import greedy_search
@@ -24,7 +23,7 @@ from keras_attn.generation.samplers import from_strategy
 from keras_attn.generation.sampling import sample
 from keras_attn.generation.seq2seq import (
     check_prefix,
-    decoding_result,
+    empty_decoding_result,
     generate_seq2seq,
     seq2seq_settings,
 )
@@ -402,5 +401,5 @@ class SequenceGenerator(keras.Model):
         max_length = resolve_max_length(
             self.model, tokens, self.decode_options.get("max_length")
         )
-        result = decoding_result(*empty_result(self.sampler, max_length), self.sampler)
+        result = empty_decoding_result(self.sampler, max_length)
         return {key: keras.ops.convert_to_numpy(value) for key, value in result.items()}

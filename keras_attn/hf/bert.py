@@ -49,13 +49,14 @@ from pathlib import Path
 import numpy as np
 
 from keras_attn.hf.files import (
-    assign_weights,
-    check_all_used,
+    OVERRIDES,
+    check_export_class,
     check_overrides,
+    load_weights,
     refuse_config_field,
     refuse_export,
-    take,
     with_flash_attention,
+    with_load_model_args,
     write_exported_checkpoint,
 )
 from keras_attn.hf.tokenizer import HFTokenizer, _token_text
@@ -91,7 +92,7 @@ _DEFAULTS = {
 # ("gelu_new", "gelu_pytorch_tanh") have no name of ours and are refused.
 _ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
 # `from_preset` arguments that do not change what the checkpoint computes.
-_OVERRIDES = ("dtype", "name", "flash_attention", "num_classes", "dropout")
+_OVERRIDES = (*OVERRIDES, "num_classes", "dropout")
 # The heads of the pretraining checkpoints: not part of a classifier.
 _PRETRAINING_HEADS = "cls."
 # Our weights that a checkpoint without a classifier leaves to their
@@ -317,14 +318,12 @@ def _num_classes(config, weights, overrides, source):
     return given, False
 
 
+@with_load_model_args
 def load_model(directory, config, weights, **overrides):
     """A `TransformerEncoderClassifier` holding a BERT checkpoint's weights.
 
     Args:
-        directory: the checkpoint directory (for messages).
-        config: its `config.json` (`keras_attn.hf.files.read_config`).
-        weights: its tensors (`keras_attn.hf.files.read_weights`), or
-            `None` for random weights.
+        {{load_model_args}}
         **overrides: `dtype`, `name`, `flash_attention`, `dropout`, and
             `num_classes` (required for a checkpoint without a
             classification head, which then starts freshly initialized;
@@ -345,23 +344,19 @@ def load_model(directory, config, weights, **overrides):
         return model
     prefix = _prefix(weights)
     with_pooler = with_head or f"{prefix}pooler.dense.weight" in weights
-    used = set()
-
-    def get(name, shape):
-        used.add(name)
-        return take(weights, name, shape, source)
-
-    ours = _to_ours(get, arguments, prefix, with_head, with_pooler)
-    used |= _check_position_ids(weights, prefix, source)
-    unused = {
-        name
-        for name in set(weights) - used
-        if with_head or not name.startswith(_PRETRAINING_HEADS)
-    }
-    check_all_used(unused, "BERT", source)
+    accounted = _check_position_ids(weights, prefix, source)
+    if not with_head:
+        accounted |= {name for name in weights if name.startswith(_PRETRAINING_HEADS)}
     fresh = () if with_head else (_HEAD,) if with_pooler else (_HEAD, _POOLER)
-    assign_weights(model, ours, "BERT", left_fresh=fresh)
-    return model
+    return load_weights(
+        model,
+        weights,
+        lambda get: _to_ours(get, arguments, prefix, with_head, with_pooler),
+        "BERT",
+        source,
+        accounted,
+        left_fresh=fresh,
+    )
 
 
 # === Export: ours -> BERT's ===
@@ -371,7 +366,9 @@ def _bert_config(model):
     """The `BertForSequenceClassification` config of a classifier's options."""
     activations = {ours: theirs for theirs, ours in _ACTIVATIONS.items()}
     if model.activation not in activations:
-        refuse_export("BERT", "activation", model.activation, "BERT has no such activation")
+        refuse_export(
+            "BERT", "activation", model.activation, "BERT has no such activation"
+        )
     config = {
         "model_type": "bert",
         "architectures": ["BertForSequenceClassification"],
@@ -412,11 +409,7 @@ def export(model, directory):
     Returns:
         The directory as a `pathlib.Path`.
     """
-    if not isinstance(model, TransformerEncoderClassifier):
-        raise TypeError(
-            "A BERT export writes a keras_attn.models.TransformerEncoderClassifier. "
-            f"Received: model of type {type(model).__name__}"
-        )
+    check_export_class(model, TransformerEncoderClassifier, "BERT")
     if model.num_segments is None:
         refuse_export("BERT", "num_segments", None, "BERT has token type embeddings")
     config = _bert_config(model)

@@ -45,6 +45,18 @@ ALLOW_PATTERNS = [
 ]
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# `from_preset` arguments that change nothing a checkpoint computes.
+OVERRIDES = ("dtype", "name", "flash_attention")
+# What a family's `load_model(directory, config, weights, **overrides)`
+# docstring says at `{{name}}` (`with_load_model_args`).
+LOAD_MODEL_DOCS = {
+    "load_model_args": """directory: the checkpoint directory (for messages).
+        config: its `config.json` (`keras_attn.hf.files.read_config`).
+        weights: its tensors (`keras_attn.hf.files.read_weights`), or
+            `None` for random weights.""",
+    "overrides": """**overrides: `dtype`, `name` or `flash_attention` (`OVERRIDES`);
+            arguments that would change the architecture are refused.""",
+}
 
 # model_type -> the module (or its dotted name) that maps that family.
 _FAMILIES = {
@@ -357,6 +369,22 @@ def refuse_config_field(family_name, field, value, why):
     )
 
 
+def check_token_ids(family_name, fields, names, vocabulary_size):
+    """Refuses a config field of `names` (in `fields`, a dict) that is not
+    one token id of a vocabulary of `vocabulary_size`."""
+    for name in names:
+        value = fields[name]
+        if not isinstance(value, int) or isinstance(value, bool):
+            refuse_config_field(family_name, name, value, "is not one token id")
+        if not 0 <= value < vocabulary_size:
+            refuse_config_field(
+                family_name,
+                name,
+                value,
+                f"is outside the vocabulary of {vocabulary_size}",
+            )
+
+
 def check_overrides(family_name, overrides, allowed):
     """Refuses `from_preset` arguments other than `allowed` (names)."""
     unknown = sorted(set(overrides) - set(allowed))
@@ -395,6 +423,51 @@ def check_all_used(unused, family_name, source):
         )
 
 
+def with_load_model_args(load_model):
+    """Decorator: writes `LOAD_MODEL_DOCS` at their `{{name}}`s in a
+    family's `load_model` docstring."""
+    if load_model.__doc__:  # None under `python -OO`
+        for name, text in LOAD_MODEL_DOCS.items():
+            load_model.__doc__ = load_model.__doc__.replace("{{" + name + "}}", text)
+    return load_model
+
+
+def load_weights(
+    model, weights, to_ours, family_name, source, accounted=(), left_fresh=()
+):
+    """Assigns a checkpoint's tensors to `model` through a family's mapping.
+
+    Args:
+        model: the model built from the mapped config.
+        weights: the checkpoint's tensors (`read_weights`).
+        to_ours: the family's load mapping, `to_ours(get)` returning our
+            weights (path -> array), `get(name, shape)` giving a checkpoint
+            tensor (`take`).
+        family_name: the family, for messages.
+        source: what to call the checkpoint in errors.
+        accounted: names of tensors the mapping does not read but the
+            family has checked (tied copies, buffers). Defaults to `()`.
+        left_fresh: as for `assign_weights`. Defaults to `()`.
+
+    Returns:
+        `model`.
+
+    Raises:
+        ValueError: a tensor that is neither read nor accounted for
+            (`check_all_used`), or a mapping that does not fit the model.
+    """
+    used = set(accounted)
+
+    def get(name, shape):
+        used.add(name)
+        return take(weights, name, shape, source)
+
+    ours = to_ours(get)
+    check_all_used(set(weights) - used, family_name, source)
+    assign_weights(model, ours, family_name, left_fresh=left_fresh)
+    return model
+
+
 def assign_weights(model, ours, family_name, left_fresh=()):
     """Assigns `ours` (weight path -> array) to `model`'s weights.
 
@@ -424,7 +497,7 @@ def assign_weights(model, ours, family_name, left_fresh=()):
         )
 
 
-def invert_mapping(model, to_ours):
+def invert_mapping(model, to_ours, family_name):
     """A checkpoint's tensors (name -> float32 array) from `model`'s weights,
     by a family's load mapping run backwards.
 
@@ -433,9 +506,13 @@ def invert_mapping(model, to_ours):
     tensor a distinct range of integers, starting at 1), it returns for each
     weight of ours the positions its values come from, through whatever
     transposes and reshapes the mapping applies; each weight's values are
-    written back at those positions. A position 0 is a row the mapping adds
-    (zeros, as our padding id's) and a weight that is not an integer array
-    is a constant of the mapping: neither goes back.
+    written back at those positions. A position below 1 is a value the
+    mapping adds (our padding id's zero row or logit) and a weight that is
+    not an integer array is a constant of the mapping: neither goes back.
+    A checkpoint value that no weight of `model` gives is zero.
+
+    Raises:
+        ValueError: a weight of `model` the mapping has no place for.
     """
     shapes, starts, total = {}, {}, 1
 
@@ -450,6 +527,12 @@ def invert_mapping(model, to_ours):
         variable.path: keras.ops.convert_to_numpy(keras.ops.cast(variable, "float32"))
         for variable in model.weights
     }
+    unplaced = sorted(set(values) - set(index))
+    if unplaced:
+        raise ValueError(
+            f"The model has weights a {family_name} checkpoint has no place "
+            f"for: {unplaced[:5]}."
+        )
     flat = np.zeros(total, np.float32)
     for path, where in index.items():
         where = np.asarray(where)
@@ -463,6 +546,16 @@ def invert_mapping(model, to_ours):
     }
 
 
+def check_export_class(model, model_class, family_name):
+    """Refuses a `model` that is not a `model_class`, the class a
+    `family_name` checkpoint loads as."""
+    if not isinstance(model, model_class):
+        raise TypeError(
+            f"A {family_name} export writes a keras_attn.models."
+            f"{model_class.__name__}. Received: model of type {type(model).__name__}"
+        )
+
+
 def refuse_export(family_name, option, value, why):
     """Raises the `ValueError` of a model option a family cannot hold."""
     raise ValueError(
@@ -471,7 +564,9 @@ def refuse_export(family_name, option, value, why):
     )
 
 
-def write_exported_checkpoint(model, directory, family_name, config, arguments, to_ours):
+def write_exported_checkpoint(
+    model, directory, family_name, config, arguments, to_ours
+):
     """Writes `model` as a checkpoint of `config`; returns the directory.
 
     `arguments` are what the family's `model_arguments(config)` maps back
@@ -480,8 +575,6 @@ def write_exported_checkpoint(model, directory, family_name, config, arguments, 
     is written). Then `model.safetensors` (the load mapping `to_ours` run
     backwards, `invert_mapping`) and `config.json`.
     """
-    from safetensors.numpy import save_file
-
     expected = type(model)(**arguments).get_config()
     given = model.get_config()
     for option in sorted(set(expected) - {"name", "trainable", "dtype"}):
@@ -492,11 +585,23 @@ def write_exported_checkpoint(model, directory, family_name, config, arguments, 
                 given.get(option),
                 f"{family_name}'s has {option}={expected[option]!r}",
             )
-    tensors = invert_mapping(model, to_ours)
+    tensors = invert_mapping(model, to_ours, family_name)
+    return write_checkpoint(directory, tensors, config)
+
+
+def write_checkpoint(directory, tensors, config):
+    """Writes `model.safetensors` (`tensors`, name -> array) and
+    `config.json` (`config`, a dict) in `directory`, created if missing.
+
+    Returns:
+        The directory as a `pathlib.Path`.
+    """
+    from safetensors.numpy import save_file
+
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     return directory
 
 

@@ -35,11 +35,12 @@ import keras
 import numpy as np
 
 from keras_attn.hf.files import (
-    assign_weights,
-    check_all_used,
+    invert_mapping,
+    load_weights,
     refuse_config_field,
-    take,
     with_flash_attention,
+    with_load_model_args,
+    write_checkpoint,
 )
 from keras_attn.models.transformer_lm import TransformerLM
 
@@ -54,6 +55,8 @@ ARCHITECTURES = {
 _ROPE_TYPES = ("default", "linear")
 # Tensors a checkpoint may hold that are not weights (old Llama exports).
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+# The biases a Qwen2 checkpoint holds (the others are zeros, `_check_exportable`).
+_QWEN2_BIASES = ("q_proj.bias", "k_proj.bias", "v_proj.bias")
 
 
 def _rotation(config):
@@ -199,8 +202,10 @@ def _pad_id(config):
     return int(config["vocab_size"]) - 1
 
 
-def _weight_map(arguments, weights, source):
-    """`{our weight path: array}` for every weight of `model`."""
+def _to_ours(get, arguments, has_tensor):
+    """Our weights (path -> array) from the checkpoint's tensors
+    (`get(name, shape)`); a bias for which `has_tensor(name)` is false is
+    zeros."""
     hidden = arguments["hidden_dim"]
     heads = arguments["num_heads"]
     key_heads = arguments["attention"]["num_key_value_heads"]
@@ -209,12 +214,9 @@ def _weight_map(arguments, weights, source):
     vocab = arguments["vocabulary_size"]
     with_bias = arguments["use_bias"]
 
-    def get(name, shape):
-        return take(weights, name, shape, source)
-
     def optional_bias(name, shape):
         # A bias the checkpoint lacks is zero: the same function.
-        return get(name, shape) if name in weights else np.zeros(shape, "float32")
+        return get(name, shape) if has_tensor(name) else np.zeros(shape, "float32")
 
     mapped = {
         "token_embedding/token_embedding/embeddings": get(
@@ -273,13 +275,12 @@ def _weight_map(arguments, weights, source):
     return mapped
 
 
+@with_load_model_args
 def load_model(directory, config, weights, **overrides):
     """A `TransformerLM` holding the checkpoint's weights.
 
     Args:
-        directory: the checkpoint directory (for messages).
-        config: its `config.json` (`keras_attn.hf.files.read_config`).
-        weights: its tensors (`keras_attn.hf.files.read_weights`).
+        {{load_model_args}}
         **overrides: `TransformerLM` arguments that replace the mapped ones
             (`dtype`, `pad_id`, `flash_attention`, ...).
 
@@ -291,15 +292,19 @@ def load_model(directory, config, weights, **overrides):
     model = TransformerLM(**with_flash_attention(arguments, overrides))
     if weights is None:
         return model
-    mapped = _weight_map(arguments, weights, source)
-    unused = {
-        name
-        for name in set(weights) - _hf_names(arguments)
-        if not name.endswith(_IGNORED_SUFFIXES)
+    # Tensors of the architecture the mapping leaves (a tied `lm_head`, a
+    # bias the config has none of), and buffers.
+    accounted = _hf_names(arguments) | {
+        name for name in weights if name.endswith(_IGNORED_SUFFIXES)
     }
-    check_all_used(unused, config["model_type"], source)
-    assign_weights(model, mapped, config["model_type"])
-    return model
+    return load_weights(
+        model,
+        weights,
+        lambda get: _to_ours(get, arguments, weights.__contains__),
+        config["model_type"],
+        source,
+        accounted,
+    )
 
 
 def _hf_names(arguments):
@@ -338,69 +343,22 @@ def export(model, directory, model_type="llama"):
     Raises:
         ValueError: an option of `model` that the family cannot express.
     """
-    from safetensors.numpy import save_file
-
     if model_type not in MODEL_TYPES:
         raise ValueError(
             f"`model_type` must be one of {MODEL_TYPES}. Received: model_type={model_type!r}"
         )
     config = model.get_config()
     _check_exportable(model, config, model_type)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    hidden, heads = model.hidden_dim, model.num_heads
-    key_heads = model.attention.key_value_heads(heads)
-    head_dim = hidden // heads
-    values = {variable.path: _to_numpy(variable) for variable in model.weights}
-    tensors = {
-        "model.embed_tokens.weight": values[
-            "token_embedding/token_embedding/embeddings"
-        ]
-    }
-    for i in range(model.num_layers):
-        hf = f"model.layers.{i}."
-        ours = f"decoder_block_{i}/"
-        for name, proj, count in (
-            ("query", "q_proj", heads),
-            ("key", "k_proj", key_heads),
-            ("value", "v_proj", key_heads),
-        ):
-            kernel = values[f"{ours}self_attention/{name}/kernel"]
-            tensors[f"{hf}self_attn.{proj}.weight"] = kernel.reshape(
-                hidden, count * head_dim
-            ).T
-            if model.use_bias:
-                tensors[f"{hf}self_attn.{proj}.bias"] = values[
-                    f"{ours}self_attention/{name}/bias"
-                ].reshape(count * head_dim)
-        output = values[f"{ours}self_attention/attention_output/kernel"]
-        tensors[f"{hf}self_attn.o_proj.weight"] = output.reshape(
-            heads * head_dim, hidden
-        ).T
-        for name, proj in (
-            ("gate_dense", "gate_proj"),
-            ("intermediate_dense", "up_proj"),
-            ("output_dense", "down_proj"),
-        ):
-            tensors[f"{hf}mlp.{proj}.weight"] = values[
-                f"{ours}feed_forward/{name}/kernel"
-            ].T
-        tensors[f"{hf}input_layernorm.weight"] = values[
-            f"{ours}self_attention_norm/scale"
-        ]
-        tensors[f"{hf}post_attention_layernorm.weight"] = values[
-            f"{ours}feed_forward_norm/scale"
-        ]
-    tensors["model.norm.weight"] = values["output_norm/scale"]
-    if not model.tie_embeddings:
-        tensors["lm_head.weight"] = values["logits/kernel"].T
-    tensors = {
-        name: np.ascontiguousarray(array, "float32") for name, array in tensors.items()
-    }
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    key_heads = model.attention.key_value_heads(model.num_heads)
     hf_config = _hf_config(model, model_type, key_heads)
-    (directory / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
-    return directory
+    # The load mapping run backwards.
+    arguments = model_arguments(hf_config)
+    tensors = invert_mapping(
+        model,
+        lambda get: _to_ours(get, arguments, lambda name: name.endswith(_QWEN2_BIASES)),
+        ARCHITECTURES[model_type],
+    )
+    return write_checkpoint(directory, tensors, hf_config)
 
 
 def _to_numpy(variable):

@@ -41,24 +41,25 @@ or not at all. `export` writes a `Transformer` of these options back as a
 
 import dataclasses
 import json
-from pathlib import Path
 
 import numpy as np
 
 from keras_attn.hf.files import (
-    assign_weights,
-    check_all_used,
+    OVERRIDES,
+    check_export_class,
     check_overrides,
+    check_token_ids,
+    invert_mapping,
+    load_weights,
     refuse_config_field,
-    take,
     with_flash_attention,
+    with_load_model_args,
+    write_checkpoint,
 )
 from keras_attn.models.transformer import Transformer
 
 MODEL_CLASS = Transformer
 MODEL_TYPES = ("marian",)
-# `from_preset` arguments that do not change what the checkpoint computes.
-_OVERRIDES = ("dtype", "name", "flash_attention")
 # `export` writes the tokenizer itself: the exported ids depend on it.
 EXPORT_WITH_TOKENIZER = True
 # Marian's `nn.LayerNorm`s use torch's default epsilon.
@@ -168,12 +169,8 @@ def model_arguments(config):
     for name in ("activation_dropout", "encoder_layerdrop", "decoder_layerdrop"):
         if fields[name]:
             _refuse(name, fields[name], "has no counterpart in our blocks")
-    for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-        value = fields[name]
-        if not isinstance(value, int) or isinstance(value, bool):
-            _refuse(name, value, "is not one token id")
-        if not 0 <= value < vocabulary:
-            _refuse(name, value, f"is outside the vocabulary of {vocabulary}")
+    special_ids = ("pad_token_id", "eos_token_id", "decoder_start_token_id")
+    check_token_ids("Marian", fields, special_ids, vocabulary)
     if fields["d_model"] % 2:
         _refuse("d_model", fields["d_model"], "is odd (sines and cosines pair up)")
     return dict(
@@ -234,22 +231,36 @@ def _blocks(num_encoder_layers, num_decoder_layers):
     return blocks
 
 
-def _to_ours(get, arguments):
-    """Our weights (path -> array) from Marian's tensors (`get(name, shape)`)."""
+def _with_padding_id(table, padding_rows, value):
+    """`table` with `padding_rows` entries of `value` first: our padding id 0."""
+    pad_width = [(padding_rows, 0)] + [(0, 0)] * (table.ndim - 1)
+    return np.pad(table, pad_width, constant_values=value)
+
+
+def _to_ours(get, arguments, padding_rows=1):
+    """Our weights (path -> array) from Marian's tensors (`get(name, shape)`).
+
+    `arguments["vocabulary_size"] - 1` is Marian's vocabulary; our
+    embeddings and logits bias have `padding_rows` entries before it: 1 for
+    our padding id 0, 0 where the checkpoint keeps our ids (`export` with
+    our own tokenizer, or none). Without `arguments["logits_bias"]` (a model of ours
+    being exported) `final_logits_bias` is zeros.
+    """
     d = arguments["hidden_dim"]
     heads = arguments["num_heads"]
     head_dim = d // heads
     ffn = arguments["intermediate_dim"]
     vocabulary = arguments["vocabulary_size"] - 1
     order = marian_feature_order(d)
-    embeddings = np.zeros((vocabulary + 1, d), np.float32)
-    embeddings[1:] = get("model.shared.weight", (vocabulary, d))[:, order]
-    bias = np.full((vocabulary + 1,), PADDING_LOGIT, np.float32)
-    bias[1:] = get("final_logits_bias", (1, vocabulary))[0]
+    embeddings = get("model.shared.weight", (vocabulary, d))[:, order]
+    bias = get("final_logits_bias", (1, vocabulary))[0]
     ours = {
-        "token_embedding/token_embedding/embeddings": embeddings,
-        "logits/bias": bias,
+        "token_embedding/token_embedding/embeddings": _with_padding_id(
+            embeddings, padding_rows, 0
+        )
     }
+    if arguments["logits_bias"]:
+        ours["logits/bias"] = _with_padding_id(bias, padding_rows, PADDING_LOGIT)
     blocks = _blocks(arguments["num_encoder_layers"], arguments["num_decoder_layers"])
     for block, hf, attentions, norms in blocks:
         for attention, hf_attention in attentions:
@@ -333,16 +344,13 @@ def _check_copies(weights, arguments, source):
     return names
 
 
+@with_load_model_args
 def load_model(directory, config, weights, **overrides):
     """A `Transformer` holding a Marian checkpoint's weights.
 
     Args:
-        directory: the checkpoint directory (for messages).
-        config: its `config.json` (`keras_attn.hf.files.read_config`).
-        weights: its tensors (`keras_attn.hf.files.read_weights`), or
-            `None` for random weights.
-        **overrides: `dtype`, `name` or `flash_attention`; arguments that
-            would change the architecture are refused.
+        {{load_model_args}}
+        {{overrides}}
 
     Returns:
         A `keras_attn.models.Transformer` whose `logits[..., 1:]` are
@@ -350,21 +358,18 @@ def load_model(directory, config, weights, **overrides):
     """
     source = f"the checkpoint {str(directory)!r}"
     arguments = model_arguments(config)
-    check_overrides("Marian", overrides, _OVERRIDES)
+    check_overrides("Marian", overrides, OVERRIDES)
     model = Transformer(**with_flash_attention(arguments, overrides))
     if weights is None:
         return model
-    used = set()
-
-    def get(name, shape):
-        used.add(name)
-        return take(weights, name, shape, source)
-
-    ours = _to_ours(get, arguments)
-    used |= _check_copies(weights, arguments, source)
-    check_all_used(set(weights) - used, "Marian", source)
-    assign_weights(model, ours, "Marian")
-    return model
+    return load_weights(
+        model,
+        weights,
+        lambda get: _to_ours(get, arguments),
+        "Marian",
+        source,
+        accounted=_check_copies(weights, arguments, source),
+    )
 
 
 def load_tokenizer(directory, config):
@@ -407,11 +412,7 @@ def load_tokenizer(directory, config):
 
 def _check_exportable(model):
     """Refuses a model whose options Marian cannot express, naming them."""
-    if not isinstance(model, Transformer):
-        raise TypeError(
-            "A Marian checkpoint is a keras_attn.models.Transformer. "
-            f"Received: model of type {type(model).__name__}"
-        )
+    check_export_class(model, Transformer, "Marian")
     scheme = model.position_scheme
     required = {
         "position": (model.position, "sinusoidal"),
@@ -460,74 +461,6 @@ def _attention_settings(model):
     return model.attention_settings  # before models took `attention=...`
 
 
-def _to_numpy(variable):
-    import keras
-
-    return np.asarray(keras.ops.convert_to_numpy(variable.value), np.float32)
-
-
-def _to_marian(model, drop_first_id):
-    """Marian's tensors (name -> array) of our model's weights."""
-    d, heads = model.hidden_dim, model.num_heads
-    # marian[..., k] == ours[..., inverse[k]]
-    inverse = np.argsort(marian_feature_order(d))
-    ours = {variable.path: _to_numpy(variable) for variable in model.weights}
-    first = 1 if drop_first_id else 0
-    embeddings = ours["token_embedding/token_embedding/embeddings"]
-    bias = ours.get("logits/bias", np.zeros((model.vocabulary_size,), np.float32))
-    tensors = {
-        "model.shared.weight": embeddings[first:, inverse],
-        "final_logits_bias": bias[None, first:],
-    }
-    for block, hf, attentions, norms in _blocks(
-        model.num_encoder_layers, model.num_decoder_layers
-    ):
-        for attention, hf_attention in attentions:
-            for projection, hf_projection in (
-                ("query", "q_proj"),
-                ("key", "k_proj"),
-                ("value", "v_proj"),
-            ):
-                name = f"{hf}{hf_attention}.{hf_projection}"
-                kernel = ours.pop(f"{block}/{attention}/{projection}/kernel")
-                # (hidden_dim, heads, head_dim) -> (out, in)
-                tensors[f"{name}.weight"] = kernel.reshape(d, d)[inverse].T
-                tensors[f"{name}.bias"] = ours.pop(
-                    f"{block}/{attention}/{projection}/bias"
-                ).reshape(d)
-            name = f"{hf}{hf_attention}.out_proj"
-            kernel = ours.pop(f"{block}/{attention}/attention_output/kernel")
-            # (heads, head_dim, hidden_dim) -> (out, in)
-            tensors[f"{name}.weight"] = kernel.reshape(heads * (d // heads), d)[
-                :, inverse
-            ].T
-            tensors[f"{name}.bias"] = ours.pop(
-                f"{block}/{attention}/attention_output/bias"
-            )[inverse]
-        for norm, hf_norm in norms:
-            tensors[f"{hf}{hf_norm}.weight"] = ours.pop(f"{block}/{norm}/gamma")[
-                inverse
-            ]
-            tensors[f"{hf}{hf_norm}.bias"] = ours.pop(f"{block}/{norm}/beta")[inverse]
-        prefix = f"{block}/feed_forward/"
-        tensors[f"{hf}fc1.weight"] = ours.pop(f"{prefix}intermediate_dense/kernel")[
-            inverse
-        ].T
-        tensors[f"{hf}fc1.bias"] = ours.pop(f"{prefix}intermediate_dense/bias")
-        tensors[f"{hf}fc2.weight"] = ours.pop(f"{prefix}output_dense/kernel")[
-            :, inverse
-        ].T
-        tensors[f"{hf}fc2.bias"] = ours.pop(f"{prefix}output_dense/bias")[inverse]
-    ours.pop("token_embedding/token_embedding/embeddings")
-    ours.pop("logits/bias", None)
-    if ours:
-        raise ValueError(
-            "The model has weights a Marian checkpoint has no place for: "
-            f"{sorted(ours)[:5]}."
-        )
-    return {name: np.ascontiguousarray(value) for name, value in tensors.items()}
-
-
 def export(model, directory, tokenizer=None):
     """Writes a `Transformer` as a `MarianMTModel` checkpoint.
 
@@ -570,13 +503,9 @@ def export(model, directory, tokenizer=None):
             "`tokenizer` must be a keras_attn.text.SubwordTokenizer, a "
             f"MarianTokenizer or None. Received: tokenizer={tokenizer!r:.100}"
         )
-    tensors = _to_marian(model, drop_first_id=marian_ids)
-    vocabulary = tensors["model.shared.weight"].shape[0]
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    from safetensors.numpy import save_file
-
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    # Marian's ids are ours less the padding id 0, or ours unchanged.
+    padding_rows = 1 if marian_ids else 0
+    vocabulary = model.vocabulary_size - padding_rows
     config = {
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
@@ -615,13 +544,15 @@ def export(model, directory, tokenizer=None):
         "bad_words_ids": [[i] for i in sorted({pad, start})],
         "max_length": model.max_sequence_length,
     }
-    for name, content in (
-        ("config.json", config),
-        ("generation_config.json", generation),
-    ):
-        (directory / name).write_text(
-            json.dumps(content, indent=2) + "\n", encoding="utf-8"
-        )
+    # The load mapping run backwards, for this model's options.
+    arguments = {**model_arguments(config), "logits_bias": model.logits_bias}
+    tensors = invert_mapping(
+        model, lambda get: _to_ours(get, arguments, padding_rows), "Marian"
+    )
+    directory = write_checkpoint(directory, tensors, config)
+    (directory / "generation_config.json").write_text(
+        json.dumps(generation, indent=2) + "\n", encoding="utf-8"
+    )
     if marian_ids:
         tokenizer.save(directory)
     elif tokenizer is not None:
@@ -654,34 +585,11 @@ def _save_subword_tokenizer(tokenizer, directory):
 
 
 def load_translator(translator_class, source, dtype=None, **options):
-    """A `Translator` of a Marian checkpoint: its model and tokenizer.
+    """A `Translator` of a Marian checkpoint: its model and tokenizer
+    (`keras_attn.hf.tasks.load_translator`, which has the arguments)."""
+    # Not at the top: `tasks` imports keras_attn.text, and with it TensorFlow.
+    from keras_attn.hf import tasks
 
-    What `keras_attn.text.Translator.from_preset("hf://...")` (or a local
-    checkpoint directory) runs. Decoding is ours (`Translator`'s options);
-    the checkpoint's `generation_config.json` is not read.
-
-    Args:
-        translator_class: `keras_attn.text.Translator` (or a subclass).
-        source: `"hf://owner/name[@revision]"` or a checkpoint directory.
-        dtype: the model's dtype policy. Defaults to `None`, meaning the
-            global policy.
-        **options: `Translator` arguments (`strategy`, `beam_size`,
-            `batch_size`, ...).
-
-    Returns:
-        A `translator_class`.
-    """
-    from keras_attn.hf.files import read_config, read_weights, resolve_checkpoint
-
-    directory = resolve_checkpoint(source)
-    config = read_config(directory)
-    if config["model_type"] not in MODEL_TYPES:
-        raise ValueError(
-            f"A Translator loads a Marian checkpoint (model_type='marian'). "
-            f"Received: {str(source)!r} with model_type={config['model_type']!r}"
-        )
-    tokenizer = load_tokenizer(directory, config)
-    overrides = {} if dtype is None else {"dtype": dtype}
-    model = load_model(directory, config, read_weights(directory), **overrides)
-    options = {name: value for name, value in options.items() if value is not None}
-    return translator_class(model, tokenizer, **options)
+    return tasks.load_translator(
+        translator_class, source, dtype, MODEL_TYPES, **options
+    )

@@ -49,13 +49,15 @@ at all. `export` writes such a `Transformer` back as a T5 checkpoint.
 import numpy as np
 
 from keras_attn.hf.files import (
-    assign_weights,
-    check_all_used,
+    OVERRIDES,
+    check_export_class,
     check_overrides,
+    check_token_ids,
+    load_weights,
     refuse_config_field,
     refuse_export,
-    take,
     with_flash_attention,
+    with_load_model_args,
     write_exported_checkpoint,
 )
 from keras_attn.hf.marian import PADDING_LOGIT
@@ -65,8 +67,6 @@ from keras_attn.models.transformer import Transformer
 
 MODEL_CLASS = Transformer
 MODEL_TYPES = ("t5",)
-# `from_preset` arguments that do not change what the checkpoint computes.
-_OVERRIDES = ("dtype", "name", "flash_attention")
 # Our ids are T5's plus this; 0 is padding.
 ID_OFFSET = 1
 # `transformers.T5Config`'s defaults, for fields a config.json leaves out.
@@ -147,12 +147,8 @@ def model_arguments(config, tie_embeddings=None):
             "attention heads split the model dimension)",
         )
     vocabulary = fields["vocab_size"]
-    for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-        value = fields[name]
-        if not isinstance(value, int) or isinstance(value, bool):
-            _refuse(name, value, "is not one token id")
-        if not 0 <= value < vocabulary:
-            _refuse(name, value, f"is outside the vocabulary of {vocabulary}")
+    special_ids = ("pad_token_id", "eos_token_id", "decoder_start_token_id")
+    check_token_ids("T5", fields, special_ids, vocabulary)
     if fields["decoder_start_token_id"] == fields["eos_token_id"]:
         _refuse(
             "decoder_start_token_id",
@@ -345,38 +341,29 @@ def _check_copies(weights, source):
     return names
 
 
+@with_load_model_args
 def load_model(directory, config, weights, **overrides):
     """A `Transformer` holding a T5 checkpoint's weights.
 
     Args:
-        directory: the checkpoint directory (for messages).
-        config: its `config.json` (`keras_attn.hf.files.read_config`).
-        weights: its tensors (`keras_attn.hf.files.read_weights`), or
-            `None` for random weights.
-        **overrides: `dtype`, `name` or `flash_attention`; arguments that
-            would change the architecture are refused.
+        {{load_model_args}}
+        {{overrides}}
 
     Returns:
         A `keras_attn.models.Transformer` whose `logits[..., 1:]` are
         T5's (see the module docstring).
     """
     source = f"the checkpoint {str(directory)!r}"
-    check_overrides("T5", overrides, _OVERRIDES)
+    check_overrides("T5", overrides, OVERRIDES)
     arguments = model_arguments(config, _ties_lm_head(config, weights))
     model = Transformer(**with_flash_attention(arguments, overrides))
     if weights is None:
         return model
-    used = {"lm_head.weight"} if "lm_head.weight" in weights else set()
-
-    def get(name, shape):
-        used.add(name)
-        return take(weights, name, shape, source)
-
-    ours = _to_ours(get, arguments)
-    used |= _check_copies(weights, source)
-    check_all_used(set(weights) - used, "T5", source)
-    assign_weights(model, ours, "T5")
-    return model
+    # A tied `lm_head` is the shared embedding (`_ties_lm_head`).
+    accounted = _check_copies(weights, source) | {"lm_head.weight"}
+    return load_weights(
+        model, weights, lambda get: _to_ours(get, arguments), "T5", source, accounted
+    )
 
 
 # === Export: ours -> T5's ===
@@ -437,11 +424,7 @@ def export(model, directory):
     Returns:
         The directory as a `pathlib.Path`.
     """
-    if not isinstance(model, Transformer):
-        raise TypeError(
-            "A T5 export writes a keras_attn.models.Transformer. Received: "
-            f"model of type {type(model).__name__}"
-        )
+    check_export_class(model, Transformer, "T5")
     config = _t5_config(model)
     arguments = model_arguments(config, model.tie_embeddings)
     return write_exported_checkpoint(
@@ -480,9 +463,7 @@ def export_tokenizer(tokenizer, directory):
         "pad_token": inner.piece(0),
     }
     if inner.is_sentencepiece:
-        (directory / "spiece.model").write_bytes(
-            inner.encoder.serialized_model_proto()
-        )
+        (directory / "spiece.model").write_bytes(inner.encoder.serialized_model_proto())
     else:
         inner.encoder.save(str(directory / "tokenizer.json"))
     (directory / "tokenizer_config.json").write_text(
@@ -493,7 +474,7 @@ def export_tokenizer(tokenizer, directory):
 # === A Translator of a checkpoint ===
 
 
-def load_tokenizer(directory, config, vocabulary_size):
+def load_tokenizer(directory, config, vocabulary_size=None):
     """The checkpoint's tokenizer (`tokenizer.json`) with our ids.
 
     A `keras_attn.text.checkpoint_tokenizer.CheckpointTokenizer` over
@@ -505,7 +486,8 @@ def load_tokenizer(directory, config, vocabulary_size):
     Args:
         directory: the checkpoint directory.
         config: its `config.json`.
-        vocabulary_size: the model's `vocabulary_size`.
+        vocabulary_size: the model's `vocabulary_size`. Defaults to
+            `None`, meaning the config's `vocab_size + ID_OFFSET`.
     """
     from keras_attn.hf.tokenizer import HFTokenizer
     from keras_attn.text.checkpoint_tokenizer import CheckpointTokenizer
@@ -518,6 +500,8 @@ def load_tokenizer(directory, config, vocabulary_size):
             f"config.json: their end token is id {tokenizer.end_id}. "
             f"Received: eos_token_id={end}"
         )
+    if vocabulary_size is None:
+        vocabulary_size = _field(config, "vocab_size") + ID_OFFSET
     return CheckpointTokenizer(
         tokenizer,
         vocabulary_size,
@@ -528,36 +512,15 @@ def load_tokenizer(directory, config, vocabulary_size):
 
 
 def load_translator(translator_class, source, dtype=None, **options):
-    """A `Translator` of a T5 checkpoint: its model and tokenizer.
+    """A `Translator` of a T5 checkpoint: its model and tokenizer
+    (`keras_attn.hf.tasks.load_translator`, which has the arguments).
 
-    What `keras_attn.text.Translator.from_preset("hf://...")` (or a local
-    checkpoint directory) runs. The sentences are T5's inputs, task prefix
-    included (`"translate English to German: ..."`). Decoding is ours
-    (`Translator`'s options); the checkpoint's `generation_config.json` is
-    not read.
-
-    Args:
-        translator_class: `keras_attn.text.Translator` (or a subclass).
-        source: `"hf://owner/name[@revision]"` or a checkpoint directory.
-        dtype: the model's dtype policy. Defaults to `None`, meaning the
-            global policy.
-        **options: `Translator` arguments (`strategy`, `beam_size`,
-            `batch_size`, ...).
-
-    Returns:
-        A `translator_class`.
+    The sentences are T5's inputs, task prefix included (`"translate
+    English to German: ..."`).
     """
-    from keras_attn.hf.files import read_config, read_weights, resolve_checkpoint
+    # Not at the top: `tasks` imports keras_attn.text, and with it TensorFlow.
+    from keras_attn.hf import tasks
 
-    directory = resolve_checkpoint(source)
-    config = read_config(directory)
-    if config["model_type"] not in MODEL_TYPES:
-        raise ValueError(
-            f"This loads a T5 checkpoint (model_type='t5'). Received: "
-            f"{str(source)!r} with model_type={config['model_type']!r}"
-        )
-    overrides = {} if dtype is None else {"dtype": dtype}
-    model = load_model(directory, config, read_weights(directory), **overrides)
-    tokenizer = load_tokenizer(directory, config, model.vocabulary_size)
-    options = {name: value for name, value in options.items() if value is not None}
-    return translator_class(model, tokenizer, **options)
+    return tasks.load_translator(
+        translator_class, source, dtype, MODEL_TYPES, **options
+    )

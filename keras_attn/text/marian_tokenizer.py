@@ -22,7 +22,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import sentencepiece
 import tensorflow as tf
 
 from keras_attn.file_safety import read_json
@@ -33,6 +32,7 @@ from keras_attn.text.tokenizer import (
     _to_id_tensor,
     check_described,
     preset_tokenizer_files,
+    sentencepiece_processor,
     tokenize_in_python,
 )
 
@@ -43,17 +43,6 @@ TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 # Our ids are Marian's plus this; 0 is padding.
 ID_OFFSET = 1
 _SPIECE_UNDERLINE = "\u2581"
-
-
-def _processor(model_proto, file_name):
-    processor = sentencepiece.SentencePieceProcessor()
-    try:
-        processor.LoadFromSerializedProto(bytes(model_proto))
-    except RuntimeError as error:
-        raise ValueError(
-            f"{file_name!r} is not a valid SentencePiece model: {error}"
-        ) from error
-    return processor
 
 
 class MarianTokenizer(SubwordTokenizer):
@@ -96,8 +85,12 @@ class MarianTokenizer(SubwordTokenizer):
         # Not `SubwordTokenizer.__init__`: that one checks one model's
         # fixed special ids; a Marian vocabulary has its own.
         tf.Module.__init__(self, name=name)
-        self._source = _processor(source_model_proto, SOURCE_MODEL_FILE)
-        self._target = _processor(target_model_proto, TARGET_MODEL_FILE)
+        self._source = sentencepiece_processor(
+            source_model_proto, repr(SOURCE_MODEL_FILE)
+        )
+        self._target = sentencepiece_processor(
+            target_model_proto, repr(TARGET_MODEL_FILE)
+        )
         self._source_proto = bytes(source_model_proto)
         self._target_proto = bytes(target_model_proto)
         if not isinstance(vocabulary, dict) or sorted(vocabulary.values()) != list(

@@ -10,6 +10,8 @@ repository (`data/task1/raw`), of which the English-German task is vendored in
 import gzip
 from pathlib import Path
 
+from keras_attn.validation import check_choice
+
 MULTI30K_DIR = Path(__file__).resolve().parent / "data" / "multi30k"
 """Directory of the vendored Multi30k task 1 (English-German) raw text."""
 
@@ -157,17 +159,7 @@ def load_multi30k(split, source_language="en", target_language="de"):
         - [Elliott et al., 2016](https://aclanthology.org/W16-3210/),
           Multi30K: Multilingual English-German Image Descriptions.
     """
-    if split not in MULTI30K_SPLITS:
-        raise ValueError(
-            f"`split` must be one of {MULTI30K_SPLITS}. Received: split={split!r}"
-        )
-    for name, value in (
-        ("source_language", source_language),
-        ("target_language", target_language),
-    ):
-        if value not in MULTI30K_LANGUAGES:
-            raise ValueError(
-                f"`{name}` must be one of {MULTI30K_LANGUAGES}. "
-                f"Received: {name}={value!r}"
-            )
+    check_choice(split, "split", MULTI30K_SPLITS)
+    check_choice(source_language, "source_language", MULTI30K_LANGUAGES)
+    check_choice(target_language, "target_language", MULTI30K_LANGUAGES)
     return load_parallel_corpus(MULTI30K_DIR, split, source_language, target_language)

@@ -15,11 +15,13 @@ from keras_attn.text.task_checks import (
     check_tokenizer_matches,
     compiled,
     load_preset,
+    with_jit_compile_arg,
 )
 from keras_attn.text.translator import extra_end_ids, stop_sequence_ids
 from keras_attn.validation import check_bool, check_int, check_positive_int
 
 
+@with_jit_compile_arg
 class TextGenerator:
     """Continues raw strings with a trained `keras_attn.models.TransformerLM`.
 
@@ -51,16 +53,7 @@ class TextGenerator:
         batch_size: prompts per decoding batch. Defaults to `32`.
         length_multiple: prompt lengths are padded to a multiple of this.
             Defaults to `8`.
-        jit_compile: `"auto"`, `True` or `False` (NumPy booleans too),
-            how Keras compiles the decoding loop
-            (`SequenceGenerator.compile(jit_compile=...)`). `"auto"` is
-            Keras's default: XLA on JAX, `tf.function` on
-            TensorFlow, eager steps on torch. `True` on torch hands the loop
-            to `torch.compile`: about 2x faster per batch once compiled, but
-            the first batch of each shape compiles for up to a minute
-            (`docs/performance.md`, "Compiled decoding on torch"), so it
-            pays off for a server, not for a few sentences. Defaults to
-            `"auto"`.
+        {{jit_compile_arg}}
         add_start: bool, whether each prompt starts with the tokenizer's
             start id. `False` for a model trained without one (Qwen2's
             tokenizer adds no BOS); an empty prompt is then refused, as it

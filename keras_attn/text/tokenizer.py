@@ -129,6 +129,19 @@ def _train_model_proto(
     return model_writer.getvalue()
 
 
+def sentencepiece_processor(model_proto, described):
+    """A `sentencepiece.SentencePieceProcessor` of the serialized model
+    `model_proto`; an invalid one is refused naming it as `described`."""
+    processor = sentencepiece.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(bytes(model_proto))
+    except RuntimeError as error:
+        raise ValueError(
+            f"{described} is not a valid SentencePiece model: {error}"
+        ) from error
+    return processor
+
+
 def preset_tokenizer_files(directory):
     """`(config, model_file)` of a preset's tokenizer: its `tokenizer.json`
     and the model file that names, refused if missing or outside the
@@ -206,13 +219,7 @@ class SubwordTokenizer(tf.Module):
                 "`model_proto` must be the non-empty serialized SentencePiece "
                 f"model as bytes. Received: model_proto={model_proto!r:.100}"
             )
-        processor = sentencepiece.SentencePieceProcessor()
-        try:
-            processor.LoadFromSerializedProto(bytes(model_proto))
-        except RuntimeError as error:
-            raise ValueError(
-                f"`model_proto` is not a valid SentencePiece model: {error}"
-            ) from error
+        processor = sentencepiece_processor(model_proto, "`model_proto`")
         expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": START_ID, "eos": END_ID}
         received = {
             "pad": processor.pad_id(),

@@ -17,6 +17,7 @@ from keras_attn.text.task_checks import (
     check_tokenizer_matches,
     compiled,
     load_preset,
+    with_jit_compile_arg,
 )
 from keras_attn.validation import (
     check_bool,
@@ -51,9 +52,7 @@ def _load_ensemble(presets, dtype):
     from keras_attn.models import Transformer, TransformerEnsemble
 
     if not presets:
-        raise ValueError(
-            "`preset` must name at least one preset. Received: preset=[]"
-        )
+        raise ValueError("`preset` must name at least one preset. Received: preset=[]")
     loaded = []
     for i, preset in enumerate(presets):
         if files.is_hf_checkpoint(preset):
@@ -128,6 +127,7 @@ def _check_streamable(generator, num_return_sequences, return_scores):
         )
 
 
+@with_jit_compile_arg
 class Translator:
     """Translates raw strings with a trained `keras_attn.models.Transformer`.
 
@@ -164,16 +164,7 @@ class Translator:
         sampler: a `keras_attn.generation.Sampler` (`BeamSampler(5)`,
             `TopPSampler(0.9, seed=1)`, ...) or its name, in place of
             `strategy` and its options. Defaults to `None`.
-        jit_compile: `"auto"`, `True` or `False` (NumPy booleans too),
-            how Keras compiles the decoding loop
-            (`SequenceGenerator.compile(jit_compile=...)`). `"auto"` is
-            Keras's default: XLA on JAX, `tf.function` on
-            TensorFlow, eager steps on torch. `True` on torch hands the loop
-            to `torch.compile`: about 2x faster per batch once compiled, but
-            the first batch of each shape compiles for up to a minute
-            (`docs/performance.md`, "Compiled decoding on torch"), so it
-            pays off for a server, not for a few sentences. Defaults to
-            `"auto"`.
+        {{jit_compile_arg}}
         processors: a list of `keras_attn.generation.LogitsProcessor`
             applied inside the compiled loop for every call that gives
             none. Defaults to `None` (none).
