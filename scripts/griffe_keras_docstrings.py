@@ -1,4 +1,11 @@
-"""A griffe extension for the API reference: doctest runs become code blocks.
+"""A griffe extension for the API reference: shared text inserted, doctest
+runs fenced as code blocks.
+
+Some docstrings hold a `{{name}}` line where text that several of them share
+is inserted when their module is imported
+(`keras_attn/models/shared_docstrings.py`); griffe reads the source, so this
+extension inserts the same text, with the same function (loaded from its
+file: the site builds without importing Keras).
 
 The docstrings follow Keras: the `>>>` lines of an example sit at the
 docstring's own indentation under `Example:`, not indented beneath it. In
@@ -10,7 +17,17 @@ as they are (and `tests/docs/test_docs_examples.py` runs them with doctest).
 Loaded by `mkdocs.yml` (`plugins.mkdocstrings.handlers.python.options.extensions`).
 """
 
+import importlib.util
+from pathlib import Path
+
 import griffe
+
+_SHARED_DOCSTRINGS = (
+    Path(__file__).resolve().parents[1] / "keras_attn/models/shared_docstrings.py"
+)
+_spec = importlib.util.spec_from_file_location("shared_docstrings", _SHARED_DOCSTRINGS)
+_shared_docstrings = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_shared_docstrings)
 
 
 def fence_doctests(text):
@@ -43,8 +60,12 @@ def fence_doctests(text):
 
 
 class KerasDocstrings(griffe.Extension):
-    """Fences the doctest examples of every object that has a docstring."""
+    """Inserts the shared text and fences the doctest examples of every
+    object that has a docstring."""
 
     def on_instance(self, *, node, obj, agent, **kwargs):
-        if obj.docstring is not None and ">>>" in obj.docstring.value:
+        if obj.docstring is None:
+            return
+        obj.docstring.value = _shared_docstrings.insert_shared_text(obj.docstring.value)
+        if ">>>" in obj.docstring.value:
             obj.docstring.value = fence_doctests(obj.docstring.value)

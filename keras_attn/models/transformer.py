@@ -5,12 +5,12 @@ import types
 import keras
 from keras import ops
 
-from keras_attn.layers.attention.cache_index import resolve_cache_index
 from keras_attn.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.heads.tied_vocabulary_projection import TiedVocabularyProjection
 from keras_attn.layers.positions import position_schemes
 from keras_attn.models.presets import TRANSFORMER_PRESETS
+from keras_attn.models.shared_docstrings import shared_docstrings
 from keras_attn.models.zoo_model import (
     ZooModel,
     position_bias_argument,
@@ -71,6 +71,7 @@ def _logits(layers, x):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
+@shared_docstrings
 class Transformer(ZooModel):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
@@ -118,20 +119,7 @@ class Transformer(ZooModel):
             Defaults to `"relu"`.
         layer_norm_epsilon: float, a normal float32 number (at least
             `2**-126`). Defaults to `1e-6`.
-        dtype: dtype or `keras.DTypePolicy` of the layers. Defaults to
-            `None`, meaning the global policy.
-        normalization: `"layer"` (layer normalization) or `"rms"`
-            (RMSNorm, Zhang and Sennrich, 2019), for every norm of the
-            model: the blocks' and the model's own. Defaults to `"layer"`.
-        use_bias: bool, biases in the attention projections and the
-            feed-forward layers and offsets in the layer norms; `False`
-            removes them all (PaLM). Defaults to `True`.
-        attention: a `keras_attn.layers.AttentionSettings`, or a dict of
-            its fields, shared by every attention layer: key/value heads
-            (decoding caches hold only these), query-key normalization,
-            the fused kernel, dropout on the attention weights, ... (the
-            rotation is the position scheme's). Defaults to `None`,
-            meaning `AttentionSettings()` (no attention dropout).
+        {{zoo_model_arguments}}
         logits_bias: bool, a learned bias added to the tied projection's
             logits (Marian's `final_logits_bias`); needs
             `tie_embeddings=True` (an untied projection has its own).
@@ -411,30 +399,18 @@ class Transformer(ZooModel):
         Args:
             decoder_tokens: int tensor `(batch, new_length)`, the tokens at
                 positions `cache_index ... cache_index + new_length - 1`.
-            cache: the dict from `initial_cache` (or a previous step).
-            cache_index: int or scalar int tensor, the slot of the first
-                new position, in `[0, max_length - new_length]`. A Python
-                or NumPy integer outside that range is a `ValueError`; a
-                tensor (the decoding loop's, traced or eager) is clipped
-                into it, and the step runs at the clipped index, the same
-                on every backend (`keras_attn.layers.attention.cache_index`).
+            {{decode_step_arguments}}
 
         Returns:
             `(logits, cache)`: `(batch, new_length, vocabulary_size)` and the
             updated cache.
         """
-        # Checked (or clipped) before the embedding reads it as a position.
-        cache_index = resolve_cache_index(
-            cache_index, cache["self_attention"][0][0], decoder_tokens
-        )
-        x = self.decoder_embedding(decoder_tokens, start_index=cache_index)
-        # The new positions against the whole cache (its keys).
-        bias = position_bias_argument(
+        x, cache_index, bias = self._embed_new_positions(
+            self.decoder_embedding,
             self.decoder_position_bias,
-            "self_attention_bias",
-            x,
-            cache["self_attention"][0][0],
-            query_offset=cache_index,
+            decoder_tokens,
+            cache,
+            cache_index,
         )
         self_caches = []
         for block, self_cache, cross_cache in zip(

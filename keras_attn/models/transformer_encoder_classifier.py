@@ -9,6 +9,7 @@ from keras_attn.layers.blocks.transformer_encoder_block import TransformerEncode
 from keras_attn.layers.heads.sequence_pooling import POOLINGS, SequencePooling
 from keras_attn.layers.positions import position_schemes
 from keras_attn.models.presets import ENCODER_CLASSIFIER_PRESETS
+from keras_attn.models.shared_docstrings import shared_docstrings
 from keras_attn.models.token_inputs import check_token_batch
 from keras_attn.models.zoo_model import (
     ZooModel,
@@ -51,6 +52,7 @@ def _encode(layers, token_ids, segment_ids=None, training=None):
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
+@shared_docstrings
 class TransformerEncoderClassifier(ZooModel):
     """A Transformer encoder with a pooled classification head (BERT-style).
 
@@ -97,20 +99,7 @@ class TransformerEncoderClassifier(ZooModel):
             Defaults to `"gelu"`.
         layer_norm_epsilon: float, a normal float32 number (at least
             `2**-126`). Defaults to `1e-6`.
-        dtype: dtype or `keras.DTypePolicy`. Defaults to `None`, meaning
-            the global policy.
-        normalization: `"layer"` (layer normalization) or `"rms"`
-            (RMSNorm, Zhang and Sennrich, 2019), for every norm of the
-            model: the blocks' and the model's own. Defaults to `"layer"`.
-        use_bias: bool, biases in the attention projections and the
-            feed-forward layers and offsets in the layer norms; `False`
-            removes them all (PaLM). Defaults to `True`.
-        attention: a `keras_attn.layers.AttentionSettings`, or a dict of
-            its fields, shared by every attention layer: key/value heads
-            (decoding caches hold only these), query-key normalization,
-            the fused kernel, dropout on the attention weights, ... (the
-            rotation is the position scheme's). Defaults to `None`,
-            meaning `AttentionSettings()` (no attention dropout).
+        {{zoo_model_arguments}}
         scale_embeddings: bool, multiply the token embeddings by
             `sqrt(hidden_dim)` (section 3.4 of the Transformer paper);
             `False` for BERT. Defaults to `True`.

@@ -2,10 +2,10 @@
 
 import keras
 
-from keras_attn.layers.attention.cache_index import resolve_cache_index
 from keras_attn.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.positions import position_schemes
 from keras_attn.models.presets import LM_PRESETS
+from keras_attn.models.shared_docstrings import shared_docstrings
 from keras_attn.models.zoo_model import (
     ZooModel,
     position_bias_argument,
@@ -18,6 +18,7 @@ from keras_attn.validation import (
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
+@shared_docstrings
 class TransformerLM(ZooModel):
     """A decoder-only Transformer language model (GPT-style).
 
@@ -61,20 +62,7 @@ class TransformerLM(ZooModel):
             Defaults to `"gelu"`.
         layer_norm_epsilon: float, a normal float32 number (at least
             `2**-126`). Defaults to `1e-5`.
-        dtype: dtype or `keras.DTypePolicy`. Defaults to `None`, meaning
-            the global policy.
-        normalization: `"layer"` (layer normalization) or `"rms"`
-            (RMSNorm, Zhang and Sennrich, 2019), for every norm of the
-            model: the blocks' and the model's own. Defaults to `"layer"`.
-        use_bias: bool, biases in the attention projections and the
-            feed-forward layers and offsets in the layer norms; `False`
-            removes them all (PaLM). Defaults to `True`.
-        attention: a `keras_attn.layers.AttentionSettings`, or a dict of
-            its fields, shared by every attention layer: key/value heads
-            (decoding caches hold only these), query-key normalization,
-            the fused kernel, dropout on the attention weights, ... (the
-            rotation is the position scheme's). Defaults to `None`,
-            meaning `AttentionSettings()` (no attention dropout).
+        {{zoo_model_arguments}}
         scale_embeddings: bool, multiply the token embeddings by
             `sqrt(hidden_dim)` (section 3.4 of the paper); `False` for
             Llama-style models. Defaults to `True`.
@@ -240,30 +228,14 @@ class TransformerLM(ZooModel):
         Args:
             token_ids: int tensor `(batch, new_length)`, the tokens at
                 positions `cache_index ... cache_index + new_length - 1`.
-            cache: the dict from `initial_cache` (or a previous step).
-            cache_index: int or scalar int tensor, the slot of the first
-                new position, in `[0, max_length - new_length]`. A Python
-                or NumPy integer outside that range is a `ValueError`; a
-                tensor (the decoding loop's, traced or eager) is clipped
-                into it, and the step runs at the clipped index, the same
-                on every backend (`keras_attn.layers.attention.cache_index`).
+            {{decode_step_arguments}}
 
         Returns:
             `(logits, cache)`: `(batch, new_length, vocabulary_size)` and the
             updated cache.
         """
-        # Checked (or clipped) before the embedding reads it as a position.
-        cache_index = resolve_cache_index(
-            cache_index, cache["self_attention"][0][0], token_ids
-        )
-        x = self.token_embedding(token_ids, start_index=cache_index)
-        # The new positions against the whole cache (its keys).
-        bias = position_bias_argument(
-            self.position_bias,
-            "self_attention_bias",
-            x,
-            cache["self_attention"][0][0],
-            query_offset=cache_index,
+        x, cache_index, bias = self._embed_new_positions(
+            self.token_embedding, self.position_bias, token_ids, cache, cache_index
         )
         caches = []
         for block, block_cache in zip(self.blocks, cache["self_attention"]):

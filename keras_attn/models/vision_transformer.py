@@ -7,6 +7,7 @@ from keras_attn.layers.embeddings.class_token import ClassToken
 from keras_attn.layers.heads.sequence_pooling import SequencePooling
 from keras_attn.layers.positions.position_schemes import LearnedPositions
 from keras_attn.models.presets import VIT_PRESETS
+from keras_attn.models.shared_docstrings import shared_docstrings
 from keras_attn.models.zoo_model import (
     ZooModel,
     check_image_size,
@@ -20,6 +21,7 @@ __all__ = ["ClassToken", "VisionTransformer"]
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
+@shared_docstrings
 class VisionTransformer(ZooModel):
     """The Vision Transformer: an encoder over image patches.
 
@@ -50,20 +52,7 @@ class VisionTransformer(ZooModel):
             Defaults to `"gelu"`.
         layer_norm_epsilon: float, a normal float32 number (at least
             `2**-126`). Defaults to `1e-6`.
-        dtype: dtype or `keras.DTypePolicy`. Defaults to `None`, meaning
-            the global policy.
-        normalization: `"layer"` (layer normalization) or `"rms"`
-            (RMSNorm, Zhang and Sennrich, 2019), for every norm of the
-            model: the blocks' and the model's own. Defaults to `"layer"`.
-        use_bias: bool, biases in the attention projections and the
-            feed-forward layers and offsets in the layer norms; `False`
-            removes them all (PaLM). Defaults to `True`.
-        attention: a `keras_attn.layers.AttentionSettings`, or a dict of
-            its fields, shared by every attention layer: key/value heads
-            (decoding caches hold only these), query-key normalization,
-            the fused kernel, dropout on the attention weights, ... (the
-            rotation is the position scheme's). Defaults to `None`,
-            meaning `AttentionSettings()` (no attention dropout).
+        {{zoo_model_arguments}}
         **kwargs: base `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:

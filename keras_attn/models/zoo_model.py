@@ -20,8 +20,8 @@ What `Transformer`, `TransformerLM`, `TransformerEncoderClassifier` and
 - the sub-layers every model builds the same way (`_transformer_blocks`,
   `_token_embedding`, ...), so their names, and so the weights' names and
   order, are those of the saved presets;
-- the decoding cache of the models that decode (`_self_attention_cache`)
-  and the position scheme's attention bias for the blocks
+- the decoding cache of the models that decode (`_self_attention_cache`,
+  and `_embed_new_positions`, the start of their `decode_step`) and the position scheme's attention bias for the blocks
   (`position_bias_argument`) and the rotation it adds to the attention
   settings of the blocks (`_transformer_blocks`).
 """
@@ -33,6 +33,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers.attention.attention_settings import AttentionSettings
+from keras_attn.layers.attention.cache_index import resolve_cache_index
 from keras_attn.layers.attention.padding_mask import PaddingMask
 from keras_attn.layers.blocks.feed_forward import get_activation
 from keras_attn.layers.blocks.transformer_block_base import NORMALIZATIONS
@@ -410,6 +411,38 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
             )
             caches.append((slots, slots))
         return tuple(caches)
+
+    def _embed_new_positions(
+        self, embedding, bias_layer, token_ids, cache, cache_index
+    ):
+        """The start of a `decode_step`: the new tokens embedded at the
+        cache index, and the position bias against the whole cache.
+
+        Args:
+            embedding: the decoder's `TokenAndPositionEmbedding`.
+            bias_layer: the decoder's `attention_bias_layer` of the
+                position scheme, or `None`.
+            token_ids: int tensor `(batch, new_length)`.
+            cache: a decoding cache; its `"self_attention"` holds the slots
+                of `_self_attention_cache`.
+            cache_index: int or scalar int tensor, the step's index,
+                checked, or clipped, by `resolve_cache_index`.
+
+        Returns:
+            `(x, cache_index, bias)`: the embedded positions `(batch,
+            new_length, hidden_dim)`, the index the step runs at, and the
+            blocks' argument from `position_bias_argument`.
+        """
+        # The first block's keys: (batch, max_length, key/value heads, head_dim).
+        keys = cache["self_attention"][0][0]
+        # Checked (or clipped) before the embedding reads it as a position.
+        cache_index = resolve_cache_index(cache_index, keys, token_ids)
+        x = embedding(token_ids, start_index=cache_index)
+        # The new positions against the whole cache (its keys).
+        bias = position_bias_argument(
+            bias_layer, "self_attention_bias", x, keys, query_offset=cache_index
+        )
+        return x, cache_index, bias
 
     # === Calls ===
 
