@@ -41,7 +41,7 @@ from keras_attn.generation.samplers import (
     filter_logits,
     length_penalty,
 )
-from keras_attn.generation.sampling import sample
+from keras_attn.generation.sample import sample
 from keras_attn.generation.seq2seq import generate_seq2seq
 from keras_attn.generation.sequence_generator import SequenceGenerator
 
