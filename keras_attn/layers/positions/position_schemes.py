@@ -14,6 +14,15 @@ queries and keys. A model does not compare names: it asks its scheme.
 | how long may a sequence be? | `max_length` (`None`: no limit) |
 | what at a cache index `i`? | the embedding at `start_index=i`, and the bias of the new positions against the cache, `attention_bias(new_length, cache_length, query_offset=i)` |
 
+One position, three argument names, each for its role: `start_index`
+(keras-hub's name, in its `PositionEmbedding` and `RotaryEmbedding`) is the
+position of the first token a layer encodes; `query_offset` is where the
+queries start against keys that start at 0, in every function of a query
+and a key length (these biases, `keras_attn.layers.causal_mask`,
+`RelativePositionBias`); `cache_index` (keras-hub's
+`cache_update_index`) is where a decoding step writes into a cache. In
+cached decoding all three are the same number.
+
 `SinusoidalPositions` (`position="sinusoidal"`) and `LearnedPositions`
 (`position="learned"`) are the first two, `AlibiPositions`
 (`position="alibi"`) the first that biases the scores and
@@ -387,9 +396,10 @@ class AlibiPositions(PositionScheme):
     >>> scheme = keras_attn.layers.positions.position_schemes.get("alibi", num_heads=2)
     >>> scheme.adds_to_embeddings, scheme.max_length
     (False, None)
-    >>> bias = scheme.attention_bias(1, 3, query_offset=2)  # a cached step
+    >>> # An encoder's query at position 1: keys on both sides are penalized.
+    >>> bias = scheme.attention_bias(1, 3, query_offset=1, bidirectional=True)
     >>> keras.ops.convert_to_numpy(bias[0, :, 0]).tolist()
-    [[-0.125, -0.0625, 0.0], [-0.0078125, -0.00390625, 0.0]]
+    [[-0.0625, 0.0, -0.0625], [-0.00390625, 0.0, -0.00390625]]
 
     References:
         Press et al., "Train Short, Test Long: Attention with Linear Biases
