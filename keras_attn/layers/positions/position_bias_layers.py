@@ -88,11 +88,11 @@ class RelativeBias(PositionBias):
     hands the bias to every block, as T5 computes it in the first layer
     and shares it.
 
-    Its arguments are those of `RelativePositionBias`, with the same
-    defaults (`num_heads`, `num_buckets=32`, `max_distance=128`,
-    `bidirectional=True`, `embeddings_initializer="random_normal"`),
-    checked and held by it, and this layer's config; `**kwargs` are the
-    base `keras.layers.Layer` arguments.
+    Its arguments, and its config, are those of `RelativePositionBias`
+    with the same defaults (`num_heads`, `num_buckets=32`,
+    `max_distance=128`, `bidirectional=True`,
+    `embeddings_initializer="random_normal"`), checked and held by it;
+    `**kwargs` are the base `keras.layers.Layer` arguments.
 
     Call arguments: as a `PositionBias`.
 
@@ -124,6 +124,7 @@ class RelativeBias(PositionBias):
                 dtype=self.dtype_policy,
                 name="relative_position_bias",
             )
+        self.bidirectional = self.relative_position_bias.bidirectional  # checked
 
     @property
     def num_heads(self):

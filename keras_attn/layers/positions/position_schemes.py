@@ -133,8 +133,9 @@ def get(identifier, sequence_length=None, num_heads=None):
     """The position scheme that `identifier` names, for a model of this shape.
 
     A scheme that needs the model's shape has a field named `sequence_length`
-    (learned positions) or `num_heads` (ALiBi, T5's bias, rotary): `get`
-    fills it from the argument of that name, unless `identifier` sets it.
+    (learned positions) or `num_heads` (ALiBi, T5's bias, rotary):
+    `PositionScheme.for_model` fills it from the argument of that name,
+    unless `identifier` sets it.
 
     Args:
         identifier: a scheme's name (`"sinusoidal"`, `"learned"`,
@@ -174,13 +175,11 @@ def get(identifier, sequence_length=None, num_heads=None):
     else:
         fields = {}
         scheme_class = _scheme_class(identifier, "position")
-    model_sizes = {"sequence_length": sequence_length, "num_heads": num_heads}
-    sizes = {
-        name: size
-        for name, size in model_sizes.items()
-        if name in _field_names(scheme_class)
-    }
-    return scheme_class(**{**sizes, **fields})
+    sizes = {"sequence_length": sequence_length, "num_heads": num_heads}
+    # Sizes the identifier sets (a scheme's config) win over the model's.
+    sizes.update({name: fields.pop(name) for name in _MODEL_FIELDS if name in fields})
+    scheme = scheme_class.for_model(**sizes)
+    return dataclasses.replace(scheme, **fields) if fields else scheme
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +201,25 @@ class PositionScheme:
     name: typing.ClassVar[str] = None
     adds_to_embeddings: typing.ClassVar[bool] = False
     biases_attention_scores: typing.ClassVar[bool] = False
+
+    @classmethod
+    def for_model(cls, sequence_length=None, num_heads=None):
+        """The scheme for a model of this shape (what `get` builds).
+
+        The model's sizes fill the scheme's fields of the same names, and
+        only those; a scheme that needs more than its fields say overrides
+        this.
+
+        Args:
+            sequence_length: int or `None`, the model's longest sequence.
+            num_heads: int or `None`, the model's attention heads.
+
+        Returns:
+            An instance of `cls`.
+        """
+        sizes = {"sequence_length": sequence_length, "num_heads": num_heads}
+        fields = _field_names(cls)
+        return cls(**{name: size for name, size in sizes.items() if name in fields})
 
     def get_config(self):
         """The scheme as a dict that `get` builds it again from: its `name`
