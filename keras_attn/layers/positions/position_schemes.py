@@ -85,7 +85,7 @@ def names():
 
 
 # Fields a model sets from its own arguments, not from a `position` dict:
-# `get` fills them in a scheme that has them.
+# `PositionScheme.for_model` fills them in a scheme that has them.
 _MODEL_FIELDS = ("num_heads", "sequence_length")
 
 
