@@ -31,6 +31,7 @@ from keras_attn.generation.logits_processors import (
     NoRepeatNGram,
     RepetitionPenalty,
 )
+from keras_attn.generation.sample import sample
 from keras_attn.generation.samplers import (
     BeamSampler,
     GreedySampler,
@@ -41,7 +42,6 @@ from keras_attn.generation.samplers import (
     filter_logits,
     length_penalty,
 )
-from keras_attn.generation.sampling import sample
 from keras_attn.generation.seq2seq import generate_seq2seq
 from keras_attn.generation.sequence_generator import SequenceGenerator
 

@@ -19,8 +19,8 @@ from keras_attn.generation.decoding_inputs import (
 )
 from keras_attn.generation.greedy_search import greedy_search
 from keras_attn.generation.logits_processors import check_processors
+from keras_attn.generation.sample import sample
 from keras_attn.generation.samplers import from_strategy
-from keras_attn.generation.sampling import sample
 from keras_attn.generation.seq2seq import (
     check_prefix,
     empty_decoding_result,

@@ -336,12 +336,13 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
         )
 
     def _token_embedding(self, dtype, name, scale_by_sqrt_dim=True):
-        """The `TokenAndPositionEmbedding` of a token model."""
+        """The `TokenAndPositionEmbedding` of a token model, handed the
+        position scheme `_use_position_scheme` built."""
         return TokenAndPositionEmbedding(
             self.vocabulary_size,
             self.max_sequence_length,
             self.hidden_dim,
-            position=self.position,
+            position=self.position_scheme,
             scale_by_sqrt_dim=scale_by_sqrt_dim,
             dtype=dtype,
             name=name,

@@ -59,6 +59,39 @@ def test_a_scheme_object_is_returned_as_it_is():
     assert position_schemes.get(scheme) is scheme
 
 
+@pytest.mark.parametrize(
+    "scheme",
+    [
+        SinusoidalPositions(max_wavelength=500.0),
+        LearnedPositions(8, initializer="zeros"),
+        AlibiPositions(2, alibi_bias_max=4.0),
+        RelativePositions(2, num_buckets=8, max_distance=20),
+        RotaryPositions(4, scaling_factor=2.0),
+    ],
+    ids=lambda scheme: scheme.name,
+)
+def test_a_schemes_config_builds_it_again(scheme):
+    # The model's sizes are fields of the config: `get` needs no others.
+    config = scheme.get_config()
+    assert config["name"] == scheme.name
+    assert position_schemes.get(config) == scheme
+    # Set in the config, they win over the sizes `get` is given.
+    assert position_schemes.get(config, sequence_length=99, num_heads=99) == scheme
+
+
+def test_the_model_sizes_fill_only_the_schemes_fields():
+    # A model gives both sizes; each scheme takes those it has.
+    assert position_schemes.get("sinusoidal", 7, 2) == SinusoidalPositions()
+    assert position_schemes.get("alibi", 7, 2) == AlibiPositions(2)
+    fields = {"name": "rotary", "max_wavelength": 500.0}
+    assert position_schemes.get(fields, 7, 2) == RotaryPositions(2, 500.0)
+    with pytest.raises(ValueError, match=r"takes the fields .*Received: position="):
+        position_schemes.get({"name": "learned", "num_heads": 2}, 7, 2)
+    # A model's `position` argument may not set the sizes the model sets.
+    with pytest.raises(ValueError, match="takes the fields"):
+        position_schemes.check_position({"name": "alibi", "num_heads": 2})
+
+
 @pytest.mark.parametrize("identifier", ["rope", "", None, ["learned"]])
 def test_an_unknown_name_lists_the_known_ones(identifier):
     known = r"\['alibi', 'learned', 'relative', 'rotary', 'sinusoidal'\]"
@@ -150,8 +183,9 @@ def test_rotary_needs_an_even_head_size_named_by_the_caller():
         RotaryPositions(4).check_embedding_dim(10, "hidden_dim")
     # An odd model dimension is fine when each head's share is even.
     assert RotaryPositions(3).check_embedding_dim(6, "hidden_dim") == 6
-    # Without heads (an embedding layer), nothing is rotated or checked.
-    assert RotaryPositions().check_embedding_dim(7, "embedding_dim") == 7
+    # The check needs the heads: the scheme is not made without them.
+    with pytest.raises(TypeError, match="num_heads=None"):
+        position_schemes.get("rotary", sequence_length=16)
 
 
 @pytest.mark.parametrize(
@@ -164,16 +198,33 @@ def test_rotary_needs_an_even_head_size_named_by_the_caller():
 )
 def test_rotary_refuses_bad_sizes_by_name(arguments, message):
     with pytest.raises(ValueError, match=message):
-        RotaryPositions(**arguments)
+        RotaryPositions(**{"num_heads": 4, **arguments})
 
 
 def test_the_embedding_adds_nothing_with_rotary_positions():
-    layer = TokenAndPositionEmbedding(11, 6, 7, position="rotary")
-    assert layer.position_encoding is None
+    scheme = RotaryPositions(num_heads=2)
+    layer = TokenAndPositionEmbedding(11, 6, 8, position=scheme)
+    assert layer.position_scheme is scheme and layer.position_encoding is None
     ids = np.array([[3, 1, 4]], "int32")
     outputs = ops.convert_to_numpy(layer(ids))
     tokens = ops.convert_to_numpy(layer.token_embedding.embeddings)[ids[0]]
-    np.testing.assert_allclose(outputs[0], tokens * math.sqrt(7), rtol=1e-6)
+    np.testing.assert_allclose(outputs[0], tokens * math.sqrt(8), rtol=1e-6)
+    # Its config names the scheme with its heads, and builds it again.
+    config = layer.get_config()
+    assert config["position"] == {
+        "name": "rotary",
+        "num_heads": 2,
+        "max_wavelength": 10000.0,
+        "scaling_factor": 1.0,
+    }
+    restored = TokenAndPositionEmbedding.from_config(config)
+    assert restored.position_scheme == scheme
+    # A name alone does not say the heads: the layer refuses it by name.
+    with pytest.raises(TypeError, match="num_heads=None"):
+        TokenAndPositionEmbedding(11, 6, 8, position="rotary")
+    # Rotary's check of the head size, where the scheme enters the layer.
+    with pytest.raises(ValueError, match="embedding_dim=6, num_heads=2"):
+        TokenAndPositionEmbedding(11, 6, 6, position=scheme)
 
 
 def test_sinusoids_need_an_even_dimension_named_by_the_caller():

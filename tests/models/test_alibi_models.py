@@ -100,13 +100,26 @@ def test_bad_head_counts_are_refused_by_name():
         AlibiPositions("2")
     with pytest.raises(ValueError, match="alibi_bias_max=-1"):
         AlibiPositions(2, alibi_bias_max=-1)
-    # The embedding's scheme has no heads: it adds nothing and biases nothing.
-    with pytest.raises(ValueError, match=r"one slope per head.*num_heads=None"):
-        position_schemes.get("alibi").attention_bias(3, 3)
+    # One slope per head: the scheme is not made without them.
+    with pytest.raises(TypeError, match="num_heads=None"):
+        position_schemes.get("alibi", sequence_length=6)
+
+
+@pytest.mark.parametrize("kind", ["transformer", "lm", "classifier"])
+def test_the_model_hands_its_scheme_to_its_embeddings(kind):
+    # Built once, with the model's heads; never again from the name.
+    model = make_model(kind, position="alibi")
+    embeddings = [
+        getattr(model, name)
+        for name in ("token_embedding", "encoder_embedding", "decoder_embedding")
+        if hasattr(model, name)
+    ]
+    assert embeddings
+    assert all(layer.position_scheme is model.position_scheme for layer in embeddings)
 
 
 def test_the_embedding_adds_no_positions():
-    layer = TokenAndPositionEmbedding(11, 6, 8, position="alibi")
+    layer = TokenAndPositionEmbedding(11, 6, 8, position=AlibiPositions(2))
     assert layer.position_encoding is None
     ids = np.array([[3, 1, 4], [4, 1, 3]], "int32")
     outputs = to_numpy(layer(ids))

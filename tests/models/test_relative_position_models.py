@@ -72,13 +72,13 @@ def test_bad_sizes_are_refused_by_name():
         RelativePositions(2, num_buckets=2)  # an encoder needs 4
     with pytest.raises(ValueError, match="max_distance=8"):
         RelativePositions(2, num_buckets=32, max_distance=8)
-    # The embedding's scheme has no heads: it adds nothing and biases nothing.
-    with pytest.raises(ValueError, match=r"bucket and head.*num_heads=None"):
-        position_schemes.get("relative").attention_bias_layer(True)
+    # One scalar per bucket and head: the scheme is not made without them.
+    with pytest.raises(TypeError, match="num_heads=None"):
+        position_schemes.get("relative", sequence_length=6)
 
 
 def test_the_embedding_adds_no_positions():
-    layer = TokenAndPositionEmbedding(11, 6, 8, position="relative")
+    layer = TokenAndPositionEmbedding(11, 6, 8, position=RelativePositions(2))
     assert layer.position_encoding is None
     ids = np.array([[3, 1, 4], [4, 1, 3]], "int32")
     outputs = to_numpy(layer(ids))

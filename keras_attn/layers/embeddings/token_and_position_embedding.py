@@ -34,10 +34,15 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         sequence_length: int, the largest sequence length (the number of
             learned positions; sinusoids have no limit).
         embedding_dim: int, the model dimension `d_model`.
-        position: the name of a position scheme (see
-            `keras_attn.layers.positions.position_schemes`): `"sinusoidal"` (section
-            3.5) or `"learned"`, or a dict of a name and the scheme's
-            fields (`position_schemes.check_position`). Defaults to
+        position: the position scheme (see
+            `keras_attn.layers.positions.position_schemes`): a
+            `PositionScheme` (a model hands down the one it built), or a
+            scheme's name, `"sinusoidal"` (section 3.5) or `"learned"`
+            (`sequence_length` positions), or a dict of a name and the
+            scheme's fields (`PositionScheme.get_config`; a scheme sized by
+            heads, `"alibi"`, `"relative"` or `"rotary"`, names them:
+            `{"name": "rotary", "num_heads": 8}`). Only a scheme that adds
+            to the embeddings adds anything here. Defaults to
             `"sinusoidal"`.
         scale_by_sqrt_dim: bool, multiply token embeddings by
             `sqrt(embedding_dim)` as in section 3.4. Defaults to `True`.
@@ -91,10 +96,13 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.vocabulary_size = check_positive_int(vocabulary_size, "vocabulary_size")
         self.sequence_length = check_positive_int(sequence_length, "sequence_length")
         self.embedding_dim = check_positive_int(embedding_dim, "embedding_dim")
-        self.position = position_schemes.check_position(position)
         self.position_scheme = position_schemes.get(
             position, sequence_length=self.sequence_length
         )
+        # The config's `position`: as given, or the scheme's own config.
+        if isinstance(position, position_schemes.PositionScheme):
+            position = position.get_config()
+        self.position = dict(position) if isinstance(position, dict) else position
         self.position_scheme.check_embedding_dim(self.embedding_dim, "embedding_dim")
         self.scale_by_sqrt_dim = check_bool(scale_by_sqrt_dim, "scale_by_sqrt_dim")
         self.mask_zero = check_bool(mask_zero, "mask_zero")

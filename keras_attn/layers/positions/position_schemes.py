@@ -14,20 +14,32 @@ queries and keys. A model does not compare names: it asks its scheme.
 | how long may a sequence be? | `max_length` (`None`: no limit) |
 | what at a cache index `i`? | the embedding at `start_index=i`, and the bias of the new positions against the cache, `attention_bias(new_length, cache_length, query_offset=i)` |
 
+One position, three argument names, each for its role: `start_index`
+(keras-hub's name, in its `PositionEmbedding` and `RotaryEmbedding`) is the
+position of the first token a layer encodes; `query_offset` is where the
+queries start against keys that start at 0, in every function of a query
+and a key length (these biases, `keras_attn.layers.causal_mask`,
+`RelativePositionBias`); `cache_index` (keras-hub's
+`cache_update_index`) is where a decoding step writes into a cache. In
+cached decoding all three are the same number.
+
 `SinusoidalPositions` (`position="sinusoidal"`) and `LearnedPositions`
 (`position="learned"`) are the first two, `AlibiPositions`
 (`position="alibi"`) the first that biases the scores and
 `RelativePositions` (`position="relative"`, T5) the first whose bias has
 weights (its own `attention_bias_layer`, `RelativeBias`), and
 `RotaryPositions` (`position="rotary"`, RoPE) the first that rotates the
-queries and keys; models and `keras_attn.layers.TokenAndPositionEmbedding`
-choose one by its name with `get`. A new scheme is one class here,
-registered with `@register`. The models pass a scheme's bias to every
-block (`attention_bias=` of an encoder block, `self_attention_bias=` of a
-decoder block), give every block the scheme's `block_arguments()` (in its attention settings),
-and pass nothing at all for the schemes that add to the embeddings, at no
-cost. The bias layers a model holds, `PositionBias` and `RelativeBias`,
-are in `keras_attn.layers.positions.position_bias_layers`.
+queries and keys. A model builds its scheme once, with `get` (from its
+`position` argument, its heads and its longest sequence), and hands the
+object down: to its `keras_attn.layers.TokenAndPositionEmbedding`, its
+bias layers and its blocks. A new scheme is one class here, registered
+with `@register`. The models pass a scheme's bias to every block
+(`attention_bias=` of an encoder block, `self_attention_bias=` of a
+decoder block), give every block the scheme's `block_arguments()` (in its
+attention settings), and pass nothing at all for the schemes that add to
+the embeddings, at no cost. The bias layers a model holds, `PositionBias`
+and its subclass `RelativeBias`, are in
+`keras_attn.layers.positions.position_bias_layers`.
 """
 
 import dataclasses
@@ -72,8 +84,28 @@ def names():
     return tuple(_SCHEMES)
 
 
-# Fields a model sets from its own arguments, not from a `position` dict.
+# Fields a model sets from its own arguments, not from a `position` dict:
+# `PositionScheme.for_model` fills them in a scheme that has them.
 _MODEL_FIELDS = ("num_heads", "sequence_length")
+
+
+def _scheme_class(scheme_name, name):
+    """The registered class of `scheme_name`; `name` is the argument's."""
+    return _SCHEMES[check_choice(scheme_name, name, names())]
+
+
+def _field_names(scheme_class):
+    return {field.name for field in dataclasses.fields(scheme_class)}
+
+
+def _check_fields(position, allowed, name):
+    """Refuses the keys of the dict `position` that are not `allowed` fields."""
+    unknown = sorted(set(position) - set(allowed) - {"name"})
+    if unknown:
+        raise ValueError(
+            f"`{name}` of the {position['name']!r} scheme takes the fields "
+            f"{sorted(allowed)}. Received: {name}={position!r}"
+        )
 
 
 def check_position(position, name="position"):
@@ -92,27 +124,24 @@ def check_position(position, name="position"):
     """
     if not isinstance(position, dict):
         return check_choice(position, name, names())
-    scheme_name = check_choice(position.get("name"), f"{name}['name']", names())
-    allowed = {
-        field.name for field in dataclasses.fields(_SCHEMES[scheme_name])
-    } - set(_MODEL_FIELDS)
-    unknown = sorted(set(position) - allowed - {"name"})
-    if unknown:
-        raise ValueError(
-            f"`{name}` of the {scheme_name!r} scheme takes the fields "
-            f"{sorted(allowed)}. Received: {name}={position!r}"
-        )
+    scheme_class = _scheme_class(position.get("name"), f"{name}['name']")
+    _check_fields(position, _field_names(scheme_class) - set(_MODEL_FIELDS), name)
     return dict(position)
 
 
 def get(identifier, sequence_length=None, num_heads=None):
     """The position scheme that `identifier` names, for a model of this shape.
 
+    A scheme that needs the model's shape has a field named `sequence_length`
+    (learned positions) or `num_heads` (ALiBi, T5's bias, rotary):
+    `PositionScheme.for_model` fills it from the argument of that name,
+    unless `identifier` sets it.
+
     Args:
         identifier: a scheme's name (`"sinusoidal"`, `"learned"`,
-            `"alibi"`, `"relative"`, `"rotary"`), a dict of a name and the
-            scheme's fields (`check_position`), or a `PositionScheme`,
-            returned as it is.
+            `"alibi"`, `"relative"`, `"rotary"`), a dict of a name and any
+            of the scheme's fields (as `PositionScheme.get_config` gives),
+            or a `PositionScheme`, returned as it is.
         sequence_length: int, the model's longest sequence (the number of
             learned positions). Defaults to `None`.
         num_heads: int, the model's attention heads (for schemes with a
@@ -124,7 +153,9 @@ def get(identifier, sequence_length=None, num_heads=None):
 
     Raises:
         ValueError: `identifier` names no registered scheme (the error lists
-            the known names), or the scheme needs a size that is missing.
+            the known names) or a field the scheme does not have.
+        TypeError: the scheme needs a size that is missing (the error names
+            it: `Received: num_heads=None`).
 
     Example:
 
@@ -137,18 +168,18 @@ def get(identifier, sequence_length=None, num_heads=None):
     """
     if isinstance(identifier, PositionScheme):
         return identifier
-    if isinstance(identifier, dict):  # `check_position`'s dict form
-        fields = dict(check_position(identifier))
-        scheme = get(fields.pop("name"), sequence_length, num_heads)
-        return dataclasses.replace(scheme, **fields)
-    try:
-        scheme_class = _SCHEMES[identifier]
-    except (KeyError, TypeError):  # TypeError: an unhashable identifier.
-        raise ValueError(
-            f"`position` must be one of {sorted(_SCHEMES)}. "
-            f"Received: position={identifier!r}"
-        ) from None
-    return scheme_class.for_model(sequence_length=sequence_length, num_heads=num_heads)
+    if isinstance(identifier, dict):
+        fields = dict(identifier)
+        scheme_class = _scheme_class(fields.pop("name", None), "position['name']")
+        _check_fields(identifier, _field_names(scheme_class), "position")
+    else:
+        fields = {}
+        scheme_class = _scheme_class(identifier, "position")
+    sizes = {"sequence_length": sequence_length, "num_heads": num_heads}
+    # Sizes the identifier sets (a scheme's config) win over the model's.
+    sizes.update({name: fields.pop(name) for name in _MODEL_FIELDS if name in fields})
+    scheme = scheme_class.for_model(**sizes)
+    return dataclasses.replace(scheme, **fields) if fields else scheme
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +206,10 @@ class PositionScheme:
     def for_model(cls, sequence_length=None, num_heads=None):
         """The scheme for a model of this shape (what `get` builds).
 
+        The model's sizes fill the scheme's fields of the same names, and
+        only those; a scheme that needs more than its fields say overrides
+        this.
+
         Args:
             sequence_length: int or `None`, the model's longest sequence.
             num_heads: int or `None`, the model's attention heads.
@@ -182,7 +217,17 @@ class PositionScheme:
         Returns:
             An instance of `cls`.
         """
-        return cls()
+        sizes = {"sequence_length": sequence_length, "num_heads": num_heads}
+        fields = _field_names(cls)
+        return cls(**{name: size for name, size in sizes.items() if name in fields})
+
+    def get_config(self):
+        """The scheme as a dict that `get` builds it again from: its `name`
+        and its fields, the sizes a model gave it included."""
+        fields = {
+            field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+        }
+        return {"name": self.name, **fields}
 
     @property
     def max_length(self):
@@ -333,10 +378,6 @@ class LearnedPositions(PositionScheme):
     def __post_init__(self):
         check_positive_int(self.sequence_length, "sequence_length")
 
-    @classmethod
-    def for_model(cls, sequence_length=None, num_heads=None):
-        return cls(sequence_length)
-
     @property
     def max_length(self):
         return self.sequence_length
@@ -365,9 +406,6 @@ class AlibiPositions(PositionScheme):
 
     Args:
         num_heads: int, the model's attention heads (one slope each).
-            Defaults to `None`: a scheme that adds nothing to the
-            embeddings, for `keras_attn.layers.TokenAndPositionEmbedding`,
-            which has no heads; `attention_bias` then raises.
         alibi_bias_max: float, see `keras_attn.layers.alibi_slopes`.
             Defaults to `8`.
 
@@ -376,9 +414,10 @@ class AlibiPositions(PositionScheme):
     >>> scheme = keras_attn.layers.positions.position_schemes.get("alibi", num_heads=2)
     >>> scheme.adds_to_embeddings, scheme.max_length
     (False, None)
-    >>> bias = scheme.attention_bias(1, 3, query_offset=2)  # a cached step
+    >>> # An encoder's query at position 1: keys on both sides are penalized.
+    >>> bias = scheme.attention_bias(1, 3, query_offset=1, bidirectional=True)
     >>> keras.ops.convert_to_numpy(bias[0, :, 0]).tolist()
-    [[-0.125, -0.0625, 0.0], [-0.0078125, -0.00390625, 0.0]]
+    [[-0.0625, 0.0, -0.0625], [-0.00390625, 0.0, -0.00390625]]
 
     References:
         Press et al., "Train Short, Test Long: Attention with Linear Biases
@@ -389,26 +428,16 @@ class AlibiPositions(PositionScheme):
     name: typing.ClassVar[str] = "alibi"
     biases_attention_scores: typing.ClassVar[bool] = True
 
-    num_heads: int = None
+    num_heads: int
     alibi_bias_max: float = 8.0
 
     def __post_init__(self):
-        check_positive_int(self.num_heads, "num_heads", allow_none=True)
+        check_positive_int(self.num_heads, "num_heads")
         check_positive_float(self.alibi_bias_max, "alibi_bias_max")
-
-    @classmethod
-    def for_model(cls, sequence_length=None, num_heads=None):
-        return cls(num_heads)
 
     def attention_bias(
         self, query_length, key_length, query_offset=0, bidirectional=False
     ):
-        if self.num_heads is None:
-            raise ValueError(
-                "ALiBi's bias has one slope per head: build the scheme with "
-                "`num_heads` (`position_schemes.get('alibi', num_heads=...)`). "
-                "Received: num_heads=None"
-            )
         # (1, num_heads, query_length, key_length)
         return alibi_bias(
             self.num_heads,
@@ -438,9 +467,7 @@ class RelativePositions(PositionScheme):
 
     Args:
         num_heads: int, the model's attention heads (one scalar each per
-            bucket). Defaults to `None`: a scheme that adds nothing to the
-            embeddings, for `keras_attn.layers.TokenAndPositionEmbedding`,
-            which has no heads; `attention_bias_layer` then raises.
+            bucket).
         num_buckets: int, the number of distance buckets. Defaults to `32`.
         max_distance: int, the distance from which all keys share a bucket.
             Defaults to `128`.
@@ -465,20 +492,16 @@ class RelativePositions(PositionScheme):
     name: typing.ClassVar[str] = "relative"
     biases_attention_scores: typing.ClassVar[bool] = True
 
-    num_heads: int = None
+    num_heads: int
     num_buckets: int = 32
     max_distance: int = 128
     initializer: object = "random_normal"
 
     def __post_init__(self):
-        check_positive_int(self.num_heads, "num_heads", allow_none=True)
+        check_positive_int(self.num_heads, "num_heads")
         # One scheme serves encoders and decoders: both must have buckets.
         for bidirectional in (True, False):
             check_bucket_arguments(bidirectional, self.num_buckets, self.max_distance)
-
-    @classmethod
-    def for_model(cls, sequence_length=None, num_heads=None):
-        return cls(num_heads)
 
     def attention_bias(
         self, query_length, key_length, query_offset=0, bidirectional=False
@@ -491,12 +514,6 @@ class RelativePositions(PositionScheme):
         )
 
     def attention_bias_layer(self, bidirectional, dtype=None, name=None):
-        if self.num_heads is None:
-            raise ValueError(
-                "T5's bias has one scalar per bucket and head: build the "
-                "scheme with `num_heads` (`position_schemes.get('relative', "
-                "num_heads=...)`). Received: num_heads=None"
-            )
         return RelativeBias(
             self.num_heads,
             num_buckets=self.num_buckets,
@@ -527,9 +544,7 @@ class RotaryPositions(PositionScheme):
     Args:
         num_heads: int, the model's attention heads: each head's features
             (`hidden_dim / num_heads`) rotate in pairs, so their number
-            must be even. Defaults to `None`: a scheme that adds nothing to
-            the embeddings, for `keras_attn.layers.TokenAndPositionEmbedding`,
-            which has no heads (and no check).
+            must be even.
         max_wavelength: float in `[1, 2**60]`, the base of the
             wavelengths (`keras_attn.validation.check_max_wavelength`).
             Defaults to `10000`.
@@ -555,22 +570,16 @@ class RotaryPositions(PositionScheme):
 
     name: typing.ClassVar[str] = "rotary"
 
-    num_heads: int = None
+    num_heads: int
     max_wavelength: float = 10000.0
     scaling_factor: float = 1.0
 
     def __post_init__(self):
-        check_positive_int(self.num_heads, "num_heads", allow_none=True)
+        check_positive_int(self.num_heads, "num_heads")
         check_max_wavelength(self.max_wavelength, "max_wavelength")
         check_scaling_factor(self.scaling_factor, "scaling_factor")
 
-    @classmethod
-    def for_model(cls, sequence_length=None, num_heads=None):
-        return cls(num_heads)
-
     def check_embedding_dim(self, embedding_dim, name):
-        if self.num_heads is None:  # No heads, nothing rotated here.
-            return embedding_dim
         if embedding_dim % self.num_heads or (embedding_dim // self.num_heads) % 2:
             raise ValueError(
                 f"`{name}` / `num_heads` (the features of a head) must be an "
