@@ -454,3 +454,22 @@ def check_float_dtype(value, name="dtype"):
                 f"{_received(name, policy.name)}"
             )
     return value
+
+
+def eager_values(tensor):
+    """The NumPy values of `tensor`, or `None` while it is traced or symbolic.
+
+    Value checks (token ids in the vocabulary, 0/1 masks) can only read an
+    eager tensor; inside `jit` or `tf.function` they are left to the code
+    that handles the values there.
+    """
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    import keras  # Not at import time: the recipes import this module first.
+
+    if isinstance(tensor, keras.KerasTensor):
+        return None
+    try:
+        return keras.ops.convert_to_numpy(tensor)
+    except Exception:  # A JAX tracer or a graph-mode tf.Tensor has no values.
+        return None

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attn.validation import check_positive_int, check_token_id
+from keras_attn.validation import check_positive_int, check_token_id, eager_values
 
 # Extra target positions beyond the source length (section 6.1 of the paper:
 # "maximum output length to input length + 50").
@@ -124,18 +124,6 @@ def check_max_length_for(model, max_length):
     return max_length
 
 
-def _eager_values(tokens):
-    """The NumPy values of `tokens`, or `None` while they are traced."""
-    if isinstance(tokens, np.ndarray):
-        return tokens
-    if isinstance(tokens, keras.KerasTensor):
-        return None
-    try:
-        return ops.convert_to_numpy(tokens)
-    except Exception:  # A JAX tracer or a graph-mode tf.Tensor has no values.
-        return None
-
-
 def _as_array(tokens, name):
     """Anything but a tensor as a NumPy array; ragged rows refused by name."""
     if isinstance(tokens, np.ndarray) or ops.is_tensor(tokens):
@@ -189,7 +177,7 @@ def check_token_batch(tokens, name, vocabulary_size):
             f"`{name}` must have shape (batch, length). "
             f"Received: {name}.shape={tuple(tokens.shape)}"
         )
-    values = _eager_values(tokens)
+    values = eager_values(tokens)
     if values is not None and values.size:
         low, high = int(values.min()), int(values.max())
         if low < 0 or high >= vocabulary_size:

@@ -12,15 +12,7 @@ outside the vocabulary into `[0, vocabulary_size)` (see
 import keras
 import numpy as np
 
-
-def _eager_values(tensor):
-    """The NumPy values of `tensor`, or `None` while it is traced or symbolic."""
-    if isinstance(tensor, keras.KerasTensor):
-        return None
-    try:
-        return keras.ops.convert_to_numpy(tensor)
-    except Exception:  # A JAX tracer or a graph-mode tf.Tensor has no values.
-        return None
+from keras_attn.validation import eager_values
 
 
 def as_array(value, name):
@@ -75,7 +67,7 @@ def check_token_batch(tokens, name, vocabulary_size, kind="token"):
         raise TypeError(
             f"`{name}` must hold integer {kind} ids. Received: {name} with dtype={dtype}"
         )
-    values = _eager_values(tokens)
+    values = eager_values(tokens)
     if values is None or not values.size:
         # Traced or symbolic: the functional model casts to its int32 input
         # (Keras's own symbolic build may even pass a float spec here).

@@ -19,6 +19,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attn.validation import eager_values
+
 
 def relative_positions(query_length, key_length, query_offset=0):
     """`key_position - query_position` for every query and key, int32.
@@ -86,16 +88,6 @@ def sliding_window_mask(query_length, key_length, sliding_window, query_offset=0
     return ops.expand_dims(ops.abs(relative) < sliding_window, axis=0)
 
 
-def _eager_values(tensor):
-    """The NumPy values of `tensor`, or `None` while it is traced."""
-    if isinstance(tensor, keras.KerasTensor):
-        return None
-    try:
-        return ops.convert_to_numpy(tensor)
-    except Exception:  # A JAX tracer or a graph-mode tf.Tensor has no values.
-        return None
-
-
 def as_bool_mask(mask, argument_name):
     """A boolean mask from a boolean or 0/1 numeric one (`None` stays `None`).
 
@@ -130,7 +122,7 @@ def as_bool_mask(mask, argument_name):
             f"`{argument_name}` must be a boolean (or 0/1 numeric) tensor. "
             f"Received: {argument_name}.dtype={dtype}"
         )
-    values = _eager_values(mask)
+    values = eager_values(mask)
     if values is not None and not np.all((values == 0) | (values == 1)):
         odd = values[(values != 0) & (values != 1)].ravel()[0]
         raise ValueError(
