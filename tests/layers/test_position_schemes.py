@@ -220,8 +220,9 @@ def test_the_embedding_adds_nothing_with_rotary_positions():
     restored = TokenAndPositionEmbedding.from_config(config)
     assert restored.position_scheme == scheme
     # A name alone does not say the heads: the layer refuses it by name.
-    with pytest.raises(TypeError, match="num_heads=None"):
+    with pytest.raises(TypeError, match=r"position='rotary', num_heads=None") as error:
         TokenAndPositionEmbedding(11, 6, 8, position="rotary")
+    assert "{'name': 'rotary', 'num_heads': 8}" in str(error.value)
     # Rotary's check of the head size, where the scheme enters the layer.
     with pytest.raises(ValueError, match="embedding_dim=6, num_heads=2"):
         TokenAndPositionEmbedding(11, 6, 6, position=scheme)

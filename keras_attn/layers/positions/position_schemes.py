@@ -178,7 +178,24 @@ def get(identifier, sequence_length=None, num_heads=None):
     sizes = {"sequence_length": sequence_length, "num_heads": num_heads}
     # Sizes the identifier sets (a scheme's config) win over the model's.
     sizes.update({name: fields.pop(name) for name in _MODEL_FIELDS if name in fields})
-    scheme = scheme_class.for_model(**sizes)
+    try:
+        scheme = scheme_class.for_model(**sizes)
+    except TypeError as error:
+        missing = [
+            name
+            for name in _MODEL_FIELDS
+            if name in _field_names(scheme_class) and sizes[name] is None
+        ]
+        if not missing:
+            raise
+        # Named as the caller wrote it: a model passes its sizes itself.
+        raise TypeError(
+            f"The position scheme {scheme_class.name!r} is sized by the "
+            f"model's `{missing[0]}`: give it in the dict, e.g. "
+            f"{{'name': {scheme_class.name!r}, {missing[0]!r}: 8}}, or pass "
+            f"a scheme object. Received: position={identifier!r}, "
+            f"{missing[0]}=None"
+        ) from error
     return dataclasses.replace(scheme, **fields) if fields else scheme
 
 
