@@ -3,7 +3,7 @@ runs fenced as code blocks.
 
 Some docstrings hold a `{{name}}` line where text that several of them share
 is inserted when their module is imported
-(`keras_attn/models/shared_docstrings.py`); griffe reads the source, so this
+(`keras_attn/shared_docstrings.py`); griffe reads the source, so this
 extension inserts the same text, with the same function (loaded from its
 file: the site builds without importing Keras).
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import griffe
 
 _SHARED_DOCSTRINGS = (
-    Path(__file__).resolve().parents[1] / "keras_attn/models/shared_docstrings.py"
+    Path(__file__).resolve().parents[1] / "keras_attn/shared_docstrings.py"
 )
 _spec = importlib.util.spec_from_file_location("shared_docstrings", _SHARED_DOCSTRINGS)
 _shared_docstrings = importlib.util.module_from_spec(_spec)

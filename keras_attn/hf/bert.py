@@ -56,13 +56,13 @@ from keras_attn.hf.files import (
     refuse_config_field,
     refuse_export,
     with_flash_attention,
-    with_load_model_args,
     write_exported_checkpoint,
 )
 from keras_attn.hf.tokenizer import HFTokenizer, _token_text
 from keras_attn.models.transformer_encoder_classifier import (
     TransformerEncoderClassifier,
 )
+from keras_attn.shared_docstrings import shared_docstrings
 
 MODEL_CLASS = TransformerEncoderClassifier
 MODEL_TYPES = ("bert",)
@@ -318,7 +318,7 @@ def _num_classes(config, weights, overrides, source):
     return given, False
 
 
-@with_load_model_args
+@shared_docstrings
 def load_model(directory, config, weights, **overrides):
     """A `TransformerEncoderClassifier` holding a BERT checkpoint's weights.
 

@@ -47,17 +47,6 @@ PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # `from_preset` arguments that change nothing a checkpoint computes.
 OVERRIDES = ("dtype", "name", "flash_attention")
-# What a family's `load_model(directory, config, weights, **overrides)`
-# docstring says at `{{name}}` (`with_load_model_args`).
-LOAD_MODEL_DOCS = {
-    "load_model_args": """directory: the checkpoint directory (for messages).
-        config: its `config.json` (`keras_attn.hf.files.read_config`).
-        weights: its tensors (`keras_attn.hf.files.read_weights`), or
-            `None` for random weights.""",
-    "overrides": """**overrides: `dtype`, `name` or `flash_attention` (`OVERRIDES`);
-            arguments that would change the architecture are refused.""",
-}
-
 # model_type -> the module (or its dotted name) that maps that family.
 _FAMILIES = {
     "bert": "keras_attn.hf.bert",
@@ -421,15 +410,6 @@ def check_all_used(unused, family_name, source):
             f"account for ({shown}): it is not the architecture its "
             "config.json declares."
         )
-
-
-def with_load_model_args(load_model):
-    """Decorator: writes `LOAD_MODEL_DOCS` at their `{{name}}`s in a
-    family's `load_model` docstring."""
-    if load_model.__doc__:  # None under `python -OO`
-        for name, text in LOAD_MODEL_DOCS.items():
-            load_model.__doc__ = load_model.__doc__.replace("{{" + name + "}}", text)
-    return load_model
 
 
 def load_weights(

@@ -39,10 +39,10 @@ from keras_attn.hf.files import (
     load_weights,
     refuse_config_field,
     with_flash_attention,
-    with_load_model_args,
     write_checkpoint,
 )
 from keras_attn.models.transformer_lm import TransformerLM
+from keras_attn.shared_docstrings import shared_docstrings
 
 MODEL_CLASS = TransformerLM
 MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -275,7 +275,7 @@ def _to_ours(get, arguments, has_tensor):
     return mapped
 
 
-@with_load_model_args
+@shared_docstrings
 def load_model(directory, config, weights, **overrides):
     """A `TransformerLM` holding the checkpoint's weights.
 

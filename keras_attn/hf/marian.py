@@ -53,10 +53,10 @@ from keras_attn.hf.files import (
     load_weights,
     refuse_config_field,
     with_flash_attention,
-    with_load_model_args,
     write_checkpoint,
 )
 from keras_attn.models.transformer import Transformer
+from keras_attn.shared_docstrings import shared_docstrings
 
 MODEL_CLASS = Transformer
 MODEL_TYPES = ("marian",)
@@ -344,7 +344,7 @@ def _check_copies(weights, arguments, source):
     return names
 
 
-@with_load_model_args
+@shared_docstrings
 def load_model(directory, config, weights, **overrides):
     """A `Transformer` holding a Marian checkpoint's weights.
 

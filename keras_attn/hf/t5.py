@@ -57,13 +57,13 @@ from keras_attn.hf.files import (
     refuse_config_field,
     refuse_export,
     with_flash_attention,
-    with_load_model_args,
     write_exported_checkpoint,
 )
 from keras_attn.hf.marian import PADDING_LOGIT
 from keras_attn.layers.blocks.feed_forward import is_gated
 from keras_attn.layers.positions.relative_position_bias import check_bucket_arguments
 from keras_attn.models.transformer import Transformer
+from keras_attn.shared_docstrings import shared_docstrings
 
 MODEL_CLASS = Transformer
 MODEL_TYPES = ("t5",)
@@ -341,7 +341,7 @@ def _check_copies(weights, source):
     return names
 
 
-@with_load_model_args
+@shared_docstrings
 def load_model(directory, config, weights, **overrides):
     """A `Transformer` holding a T5 checkpoint's weights.
 

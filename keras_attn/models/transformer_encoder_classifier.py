@@ -9,12 +9,12 @@ from keras_attn.layers.blocks.transformer_encoder_block import TransformerEncode
 from keras_attn.layers.heads.sequence_pooling import POOLINGS, SequencePooling
 from keras_attn.layers.positions import position_schemes
 from keras_attn.models.presets import ENCODER_CLASSIFIER_PRESETS
-from keras_attn.models.shared_docstrings import shared_docstrings
 from keras_attn.models.token_inputs import check_token_batch
 from keras_attn.models.zoo_model import (
     ZooModel,
     position_bias_argument,
 )
+from keras_attn.shared_docstrings import shared_docstrings
 from keras_attn.validation import (
     check_bool,
     check_choice,

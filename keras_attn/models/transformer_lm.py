@@ -5,11 +5,11 @@ import keras
 from keras_attn.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.positions import position_schemes
 from keras_attn.models.presets import LM_PRESETS
-from keras_attn.models.shared_docstrings import shared_docstrings
 from keras_attn.models.zoo_model import (
     ZooModel,
     position_bias_argument,
 )
+from keras_attn.shared_docstrings import shared_docstrings
 from keras_attn.validation import (
     check_bool,
     check_positive_int,

@@ -7,11 +7,11 @@ from keras_attn.layers.embeddings.class_token import ClassToken
 from keras_attn.layers.heads.sequence_pooling import SequencePooling
 from keras_attn.layers.positions.position_schemes import LearnedPositions
 from keras_attn.models.presets import VIT_PRESETS
-from keras_attn.models.shared_docstrings import shared_docstrings
 from keras_attn.models.zoo_model import (
     ZooModel,
     check_image_size,
 )
+from keras_attn.shared_docstrings import shared_docstrings
 from keras_attn.validation import (
     check_positive_int,
 )

@@ -7,19 +7,6 @@ import numpy as np
 from keras_attn.text.tokenizer import SubwordTokenizer
 from keras_attn.validation import check_string_list
 
-# The `jit_compile` argument of the tasks that decode, for their
-# docstrings' `{{jit_compile_arg}}` (`with_jit_compile_arg`).
-JIT_COMPILE_ARG = """jit_compile: `"auto"`, `True` or `False` (NumPy booleans too),
-            how Keras compiles the decoding loop
-            (`SequenceGenerator.compile(jit_compile=...)`). `"auto"` is
-            Keras's default: XLA on JAX, `tf.function` on
-            TensorFlow, eager steps on torch. `True` on torch hands the loop
-            to `torch.compile`: about 2x faster per batch once compiled, but
-            the first batch of each shape compiles for up to a minute
-            (`docs/performance.md`, "Compiled decoding on torch"), so it
-            pays off for a server, not for a few sentences. Defaults to
-            `"auto"`."""
-
 
 def check_texts(value, name):
     """`value` as a list of `str` that UTF-8 can encode.
@@ -124,16 +111,6 @@ def check_jit_compile(jit_compile):
         f"Received: jit_compile={jit_compile!r:.100} of type "
         f"{type(jit_compile).__name__}"
     )
-
-
-def with_jit_compile_arg(task_class):
-    """Class decorator: writes `JIT_COMPILE_ARG` at `{{jit_compile_arg}}` in
-    a task's docstring."""
-    if task_class.__doc__:  # None under `python -OO`
-        task_class.__doc__ = task_class.__doc__.replace(
-            "{{jit_compile_arg}}", JIT_COMPILE_ARG
-        )
-    return task_class
 
 
 def compiled(generator, jit_compile):

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from keras_attn.generation import SequenceGenerator, samplers
 from keras_attn.generation.logits_processors import check_processors
+from keras_attn.shared_docstrings import shared_docstrings
 from keras_attn.text.streamed_text import TextStream
 from keras_attn.text.task_checks import (
     check_jit_compile,
@@ -15,13 +16,12 @@ from keras_attn.text.task_checks import (
     check_tokenizer_matches,
     compiled,
     load_preset,
-    with_jit_compile_arg,
 )
 from keras_attn.text.translator import extra_end_ids, stop_sequence_ids
 from keras_attn.validation import check_bool, check_int, check_positive_int
 
 
-@with_jit_compile_arg
+@shared_docstrings
 class TextGenerator:
     """Continues raw strings with a trained `keras_attn.models.TransformerLM`.
 

@@ -10,6 +10,7 @@ import tensorflow as tf
 from keras_attn.generation import BeamSampler, SequenceGenerator
 from keras_attn.generation.decoding_inputs import resolve_max_length
 from keras_attn.generation.logits_processors import check_processors
+from keras_attn.shared_docstrings import shared_docstrings
 from keras_attn.text.streamed_text import TextStream
 from keras_attn.text.task_checks import (
     check_jit_compile,
@@ -17,7 +18,6 @@ from keras_attn.text.task_checks import (
     check_tokenizer_matches,
     compiled,
     load_preset,
-    with_jit_compile_arg,
 )
 from keras_attn.validation import (
     check_bool,
@@ -127,7 +127,7 @@ def _check_streamable(generator, num_return_sequences, return_scores):
         )
 
 
-@with_jit_compile_arg
+@shared_docstrings
 class Translator:
     """Translates raw strings with a trained `keras_attn.models.Transformer`.
 

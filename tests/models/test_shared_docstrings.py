@@ -8,7 +8,7 @@ from keras_attn.models import (
     TransformerLM,
     VisionTransformer,
 )
-from keras_attn.models.shared_docstrings import SHARED_TEXT, insert_shared_text
+from keras_attn.shared_docstrings import SHARED_TEXT, insert_shared_text
 
 MODELS = [Transformer, TransformerEncoderClassifier, TransformerLM, VisionTransformer]
 

@@ -1,12 +1,13 @@
-"""Docstring text that the zoo models share, written once.
+"""Docstring text that several entry points share, written once.
 
 As Keras's optimizers insert "{{base_optimizer_keyword_args}}" into each
 optimizer's docstring: a docstring holds `{{name}}` alone on a line, where
 `insert_shared_text` puts `SHARED_TEXT[name]`, indented as that line. A
-model class is decorated with `@shared_docstrings`, which does it for the
-docstrings of the class and its methods; the API reference does it for
+class or function is decorated with `@shared_docstrings`, which does it
+for its docstring (and a class's methods'); the API reference does it for
 the docstrings it reads from the source
-(`scripts/griffe_keras_docstrings.py`).
+(`scripts/griffe_keras_docstrings.py`, which loads this file alone: it
+imports nothing).
 """
 
 import inspect
@@ -39,6 +40,29 @@ cache_index: int or scalar int tensor, the slot of the first
     tensor (the decoding loop's, traced or eager) is clipped
     into it, and the step runs at the clipped index, the same
     on every backend (`keras_attn.layers.attention.cache_index`).""",
+    # The `jit_compile` argument of the text tasks that decode.
+    "jit_compile_arg": """\
+jit_compile: `"auto"`, `True` or `False` (NumPy booleans too),
+    how Keras compiles the decoding loop
+    (`SequenceGenerator.compile(jit_compile=...)`). `"auto"` is
+    Keras's default: XLA on JAX, `tf.function` on
+    TensorFlow, eager steps on torch. `True` on torch hands the loop
+    to `torch.compile`: about 2x faster per batch once compiled, but
+    the first batch of each shape compiles for up to a minute
+    (`docs/performance.md`, "Compiled decoding on torch"), so it
+    pays off for a server, not for a few sentences. Defaults to
+    `"auto"`.""",
+    # A Hugging Face family's `load_model(directory, config, weights,
+    # **overrides)` (`keras_attn.hf`).
+    "load_model_args": """\
+directory: the checkpoint directory (for messages).
+config: its `config.json` (`keras_attn.hf.files.read_config`).
+weights: its tensors (`keras_attn.hf.files.read_weights`), or
+    `None` for random weights.""",
+    "overrides": """\
+**overrides: `dtype`, `name` or `flash_attention`
+    (`keras_attn.hf.files.OVERRIDES`); arguments that would change the
+    architecture are refused.""",
 }
 
 _PLACEHOLDER = re.compile(r"^(?P<indent>[ \t]*)\{\{(?P<name>\w+)\}\}[ \t]*$", re.M)
@@ -64,11 +88,12 @@ def insert_shared_text(docstring):
     )
 
 
-def shared_docstrings(cls):
-    """Class decorator: `insert_shared_text` on the docstrings of `cls` and
-    of the methods it defines. Returns `cls`."""
-    cls.__doc__ = insert_shared_text(cls.__doc__)
-    for value in vars(cls).values():
-        if inspect.isfunction(value):
-            value.__doc__ = insert_shared_text(value.__doc__)
-    return cls
+def shared_docstrings(obj):
+    """Decorator: `insert_shared_text` on the docstring of a function, or
+    of a class and the methods it defines. Returns `obj`."""
+    obj.__doc__ = insert_shared_text(obj.__doc__)
+    if inspect.isclass(obj):
+        for value in vars(obj).values():
+            if inspect.isfunction(value):
+                value.__doc__ = insert_shared_text(value.__doc__)
+    return obj
