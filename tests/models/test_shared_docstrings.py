@@ -40,3 +40,22 @@ def test_the_shared_text_takes_the_placeholders_indentation():
 def test_an_unknown_placeholder_is_a_key_error():
     with pytest.raises(KeyError, match="no_such_text"):
         insert_shared_text("    {{no_such_text}}")
+
+
+def test_every_placeholder_in_the_source_names_a_shared_text():
+    # The API reference inserts SHARED_TEXT into the source's docstrings
+    # (scripts/griffe_keras_docstrings.py): a placeholder with another
+    # mechanism, or none, fails `mkdocs build` and reads raw in the docs.
+    import pathlib
+    import re
+
+    import keras_attn
+
+    placeholder = re.compile(r"^[ \t]*\{\{(\w+)\}\}[ \t]*$", re.M)
+    found = {}
+    for path in pathlib.Path(keras_attn.__file__).parent.rglob("*.py"):
+        for name in placeholder.findall(path.read_text(encoding="utf-8")):
+            found.setdefault(name, path.name)
+    assert {"zoo_model_arguments", "jit_compile_arg", "load_model_args"} <= set(found)
+    unknown = {name: file for name, file in found.items() if name not in SHARED_TEXT}
+    assert not unknown
