@@ -330,17 +330,7 @@ def export_onnx_translator(
             "KERAS_BACKEND=tensorflow (weights from any backend load there). "
             f"Received: backend={backend!r}"
         )
-    arguments = check_translator_export(
-        ONNX_TRANSLATOR,
-        model,
-        tokenizer,
-        directory,
-        strategy,
-        beam_size,
-        length_penalty_alpha,
-        max_source_length,
-        overwrite,
-    )
+    arguments = check_translator_export(ONNX_TRANSLATOR, locals())
     length_multiple = check_positive_int(length_multiple, "length_multiple")
     if arguments.strategy == "beam":
         sampler = BeamSampler(

@@ -51,24 +51,19 @@ class TranslatorExportArguments:
     directory: Path
 
 
-def check_translator_export(
-    destination,
-    model,
-    tokenizer,
-    directory,
-    strategy,
-    beam_size,
-    length_penalty_alpha,
-    max_source_length,
-    overwrite,
-):
+def check_translator_export(destination, arguments):
     """Checks the arguments every translator exporter takes; writes nothing.
+
+    Called first in an exporter, as
+    `check_translator_export(DESTINATION, locals())`, so that the exporters'
+    shared arguments are named once, here.
 
     Args:
         destination: the exporter's `Destination`.
-        model, tokenizer, directory, strategy, beam_size,
-        length_penalty_alpha, max_source_length, overwrite: the exporter's
-            arguments of those names.
+        arguments: dict from the exporter's argument names to their values
+            (its `locals()`), of which these are read: `model`, `tokenizer`,
+            `directory`, `strategy`, `beam_size`, `length_penalty_alpha`,
+            `max_source_length` and `overwrite`.
 
     Returns:
         A `TranslatorExportArguments`.
@@ -82,15 +77,20 @@ def check_translator_export(
             learned positions, ...).
         FileExistsError: a `directory` the export must not replace.
     """
-    check_model_and_tokenizer(model, tokenizer)
+    model, directory = arguments["model"], arguments["directory"]
+    check_model_and_tokenizer(model, arguments["tokenizer"])
     if not isinstance(directory, (str, os.PathLike)):
         raise TypeError(
             "`directory` must be a `str` or `pathlib.Path`. Received: "
             f"directory={directory!r} of type {type(directory).__name__}"
         )
-    strategy, search_options = check_search(strategy, beam_size, length_penalty_alpha)
-    max_source_length = check_max_source_length(model, max_source_length)
-    check_destination(directory, overwrite, destination)
+    strategy, search_options = check_search(
+        arguments["strategy"],
+        arguments["beam_size"],
+        arguments["length_penalty_alpha"],
+    )
+    max_source_length = check_max_source_length(model, arguments["max_source_length"])
+    check_destination(directory, arguments["overwrite"], destination)
     return TranslatorExportArguments(
         strategy, search_options, max_source_length, Path(directory)
     )

@@ -616,17 +616,7 @@ def export_translator(
     """
     # Every argument is checked before any work, by the check that
     # `export_onnx_translator` shares.
-    arguments = check_translator_export(
-        SAVED_MODEL,
-        model,
-        tokenizer,
-        directory,
-        strategy,
-        beam_size,
-        length_penalty_alpha,
-        max_source_length,
-        overwrite,
-    )
+    arguments = check_translator_export(SAVED_MODEL, locals())
     settings = _ExportSettings(
         arguments.strategy,
         arguments.search_options,

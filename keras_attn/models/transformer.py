@@ -8,7 +8,6 @@ from keras import ops
 from keras_attn.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
 from keras_attn.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.heads.tied_vocabulary_projection import TiedVocabularyProjection
-from keras_attn.layers.positions import position_schemes
 from keras_attn.models.presets import TRANSFORMER_PRESETS
 from keras_attn.models.zoo_model import (
     ZooModel,
@@ -19,7 +18,6 @@ from keras_attn.validation import (
     check_bool,
     check_positive_float,
     check_positive_int,
-    check_token_id,
 )
 
 # `layers` below is the model, or, while the model is built, a namespace
@@ -186,27 +184,9 @@ class Transformer(ZooModel):
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
-        self._check_keyword_arguments(dtype, kwargs)
-        self.vocabulary_size = check_positive_int(vocabulary_size, "vocabulary_size")
-        self._check_transformer_arguments(
-            num_layers=num_layers,
-            hidden_dim=hidden_dim,
-            num_heads=num_heads,
-            intermediate_dim=intermediate_dim,
-            dropout=dropout,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            normalization=normalization,
-            use_bias=use_bias,
-            attention=attention,
-        )
-        self.max_sequence_length = check_positive_int(
-            max_sequence_length, "max_sequence_length"
-        )
-        self.position = position_schemes.check_position(position)
-        self.normalize_first = check_bool(normalize_first, "normalize_first")
-        self.tie_embeddings = check_bool(tie_embeddings, "tie_embeddings")
-        self.scale_embeddings = check_bool(scale_embeddings, "scale_embeddings")
+        # The arguments that models share, checked and stored under their
+        # names (`ZooModel._check_model_arguments`); then this model's own.
+        self._check_model_arguments(locals())
         self.share_embeddings = self.tie_embeddings
         if share_embeddings is not None:
             self.share_embeddings = check_bool(share_embeddings, "share_embeddings")
@@ -228,7 +208,6 @@ class Transformer(ZooModel):
             self.num_decoder_layers = check_positive_int(
                 num_decoder_layers, "num_decoder_layers"
             )
-        self.pad_id = check_token_id(pad_id, "pad_id", self.vocabulary_size)
         self.logits_bias = check_bool(logits_bias, "logits_bias")
         if self.logits_bias and not self.tie_embeddings:
             raise ValueError(

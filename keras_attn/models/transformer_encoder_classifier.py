@@ -7,7 +7,6 @@ from keras import ops
 
 from keras_attn.layers.blocks.transformer_encoder_block import TransformerEncoderBlock
 from keras_attn.layers.heads.sequence_pooling import POOLINGS, SequencePooling
-from keras_attn.layers.positions import position_schemes
 from keras_attn.models.presets import ENCODER_CLASSIFIER_PRESETS
 from keras_attn.models.token_inputs import check_token_batch
 from keras_attn.models.zoo_model import (
@@ -19,7 +18,6 @@ from keras_attn.validation import (
     check_bool,
     check_choice,
     check_positive_int,
-    check_token_id,
 )
 
 
@@ -90,7 +88,8 @@ class TransformerEncoderClassifier(ZooModel):
         position: the position scheme's name (see
             `keras_attn.layers.positions.position_schemes`), `"learned"` (BERT),
             `"sinusoidal"`, `"alibi"`, `"relative"` (T5) or `"rotary"`
-            (RoPE). Defaults to `"learned"`.
+            (RoPE), or a dict of a name and the scheme's fields
+            (`position_schemes.check_position`). Defaults to `"learned"`.
         pooling: `"cls"` or `"mean"`. Defaults to `"cls"`.
         normalize_first: bool, pre-norm blocks. Defaults to `False`.
         pad_id: int, the padding id. Defaults to `0`.
@@ -169,29 +168,11 @@ class TransformerEncoderClassifier(ZooModel):
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
-        self._check_keyword_arguments(dtype, kwargs)
-        self.vocabulary_size = check_positive_int(vocabulary_size, "vocabulary_size")
+        # The arguments that models share, checked and stored under their
+        # names (`ZooModel._check_model_arguments`); then this model's own.
+        self._check_model_arguments(locals())
         self.num_classes = check_positive_int(num_classes, "num_classes")
-        self._check_transformer_arguments(
-            num_layers=num_layers,
-            hidden_dim=hidden_dim,
-            num_heads=num_heads,
-            intermediate_dim=intermediate_dim,
-            dropout=dropout,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            normalization=normalization,
-            use_bias=use_bias,
-            attention=attention,
-        )
-        self.max_sequence_length = check_positive_int(
-            max_sequence_length, "max_sequence_length"
-        )
-        self.position = check_choice(position, "position", position_schemes.names())
         self.pooling = check_choice(pooling, "pooling", POOLINGS)
-        self.normalize_first = check_bool(normalize_first, "normalize_first")
-        self.pad_id = check_token_id(pad_id, "pad_id", self.vocabulary_size)
-        self.scale_embeddings = check_bool(scale_embeddings, "scale_embeddings")
         self.num_segments = (
             None
             if num_segments is None

@@ -51,7 +51,8 @@ def _check_weights(weights, count):
             f"Received: weights={weights!r:.100}"
         )
     weights = [
-        check_positive_float(weight, f"weights[{i}]") for i, weight in enumerate(weights)
+        check_positive_float(weight, f"weights[{i}]")
+        for i, weight in enumerate(weights)
     ]
     total = sum(weights)
     return tuple(weight / total for weight in weights)
@@ -124,7 +125,9 @@ class TransformerEnsemble(keras.Model):
         return total
 
     def call(self, inputs, training=False):
-        return self._mean([member(inputs, training=training) for member in self.members])
+        return self._mean(
+            [member(inputs, training=training) for member in self.members]
+        )
 
     def encode(self, encoder_tokens, training=False):
         """Runs every member's encoder.

@@ -3,18 +3,12 @@
 import keras
 
 from keras_attn.layers.blocks.transformer_decoder_block import TransformerDecoderBlock
-from keras_attn.layers.positions import position_schemes
 from keras_attn.models.presets import LM_PRESETS
 from keras_attn.models.zoo_model import (
     ZooModel,
     position_bias_argument,
 )
 from keras_attn.shared_docstrings import shared_docstrings
-from keras_attn.validation import (
-    check_bool,
-    check_positive_int,
-    check_token_id,
-)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -116,28 +110,9 @@ class TransformerLM(ZooModel):
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
-        self._check_keyword_arguments(dtype, kwargs)
-        self.vocabulary_size = check_positive_int(vocabulary_size, "vocabulary_size")
-        self._check_transformer_arguments(
-            num_layers=num_layers,
-            hidden_dim=hidden_dim,
-            num_heads=num_heads,
-            intermediate_dim=intermediate_dim,
-            dropout=dropout,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            normalization=normalization,
-            use_bias=use_bias,
-            attention=attention,
-        )
-        self.max_sequence_length = check_positive_int(
-            max_sequence_length, "max_sequence_length"
-        )
-        self.position = position_schemes.check_position(position)
-        self.normalize_first = check_bool(normalize_first, "normalize_first")
-        self.tie_embeddings = check_bool(tie_embeddings, "tie_embeddings")
-        self.scale_embeddings = check_bool(scale_embeddings, "scale_embeddings")
-        self.pad_id = check_token_id(pad_id, "pad_id", self.vocabulary_size)
+        # Every argument is one that models share, checked and stored under
+        # its name (`ZooModel._check_model_arguments`).
+        self._check_model_arguments(locals())
         self._use_position_scheme()
 
         # === Layers ===

@@ -97,7 +97,9 @@ class VisionTransformer(ZooModel):
         **kwargs,
     ):
         # === Config (checked before any layer is built) ===
-        self._check_keyword_arguments(dtype, kwargs)
+        # The arguments that models share, checked and stored under their
+        # names (`ZooModel._check_model_arguments`); then this model's own.
+        self._check_model_arguments(locals())
         self.num_classes = check_positive_int(num_classes, "num_classes")
         self.image_size = check_image_size(image_size, "image_size")
         self.patch_size = check_positive_int(patch_size, "patch_size")
@@ -108,18 +110,6 @@ class VisionTransformer(ZooModel):
                 f"image_size={image_size!r}, patch_size={patch_size}"
             )
         self.num_channels = check_positive_int(num_channels, "num_channels")
-        self._check_transformer_arguments(
-            num_layers=num_layers,
-            hidden_dim=hidden_dim,
-            num_heads=num_heads,
-            intermediate_dim=intermediate_dim,
-            dropout=dropout,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            normalization=normalization,
-            use_bias=use_bias,
-            attention=attention,
-        )
         self.num_patches = (height // self.patch_size) * (width // self.patch_size)
         # One learned vector per patch and one for the class token.
         self._use_position_scheme(

@@ -5,11 +5,14 @@ What `Transformer`, `TransformerLM`, `TransformerEncoderClassifier` and
 `Backbone` does it:
 
 - the checks a model needs beyond `keras_attn.validation` (activations,
-  image sizes, unknown keyword arguments) and the arguments of the blocks
-  every model takes (`_check_transformer_arguments`: sizes, rates, norms,
-  and `attention`, one `AttentionSettings` that every block gets); each
-  model checks and stores its own other arguments in its constructor and
-  returns them from its own `get_config`;
+  image sizes, unknown keyword arguments) and, in one place
+  (`_check_model_arguments`), the checks of the arguments that models
+  share: those of the blocks every model takes
+  (`_check_transformer_arguments`: sizes, rates, norms, and `attention`,
+  one `AttentionSettings` that every block gets) and the others of
+  `MODEL_ARGUMENTS` (`vocabulary_size`, `position`, ...); each model
+  checks and stores its own other arguments in its constructor and
+  returns all of them from its own `get_config`;
 - the dtype policy of the layers (a functional model's own `dtype_policy`
   is always the global one), serialized by `get_config` with any quantized
   layers (`ModelFeaturesMixin`) and restored by `from_config`;
@@ -65,10 +68,25 @@ from keras_attn.validation import (
     check_float_dtype,
     check_positive_int,
     check_rate,
+    check_token_id,
 )
 
 # The keyword arguments of `keras.Model` that a zoo model passes on.
 BASE_MODEL_ARGUMENTS = ("name", "trainable")
+
+# The arguments that more than one model takes, beyond the blocks' ones
+# (`ZooModel._check_transformer_arguments`) and `pad_id` (checked against
+# `vocabulary_size`), each with its check. `ZooModel._check_model_arguments`
+# checks those that a model's constructor takes, in this order, and stores
+# each as the attribute of its name (`self.max_sequence_length`, ...).
+MODEL_ARGUMENTS = {
+    "vocabulary_size": check_positive_int,
+    "max_sequence_length": check_positive_int,
+    "position": position_schemes.check_position,
+    "normalize_first": check_bool,
+    "tie_embeddings": check_bool,
+    "scale_embeddings": check_bool,
+}
 
 
 def check_activation(value, name):
@@ -157,9 +175,10 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
 
     A subclass's constructor reads in four steps, as a keras-hub backbone's:
 
-    1. `self._check_keyword_arguments(dtype, kwargs)`, then each argument
-       checked (`keras_attn.validation`) and stored as an attribute of the
-       same name, before any layer is built;
+    1. `self._check_model_arguments(locals())`, which checks the arguments
+       that models share and stores each as the attribute of its name,
+       then the model's own arguments checked (`keras_attn.validation`)
+       and stored the same way, before any layer is built;
     2. the layers (the helpers below build the ones every model shares);
     3. the functional graph, and
        `super().__init__(inputs, outputs, dtype=dtype, **kwargs)`;
@@ -200,11 +219,49 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
             dtype if dtype is not None else keras.config.dtype_policy()
         )
 
+    def _check_model_arguments(self, arguments):
+        """Checks and stores the constructor's arguments that models share.
+
+        The first statement of a subclass's constructor, as
+        `self._check_model_arguments(locals())`: `arguments` maps the name
+        of each of the constructor's arguments (`dtype` and `kwargs`
+        among them) to its value, so each shared argument is checked here
+        once, by one check for every model, under its own name. In order:
+        `dtype` and unknown keyword arguments (`_check_keyword_arguments`),
+        the arguments of `MODEL_ARGUMENTS` that the constructor takes, the
+        blocks' (`_check_transformer_arguments`), then `pad_id` if the
+        constructor takes it. The constructor then checks and stores its
+        own other arguments.
+
+        Args:
+            arguments: dict from argument name to the value received.
+        """
+        self._check_keyword_arguments(arguments["dtype"], arguments["kwargs"])
+        for name, check in MODEL_ARGUMENTS.items():
+            if name in arguments:
+                setattr(self, name, check(arguments[name], name))
+        self._check_transformer_arguments(
+            num_layers=arguments["num_layers"],
+            hidden_dim=arguments["hidden_dim"],
+            num_heads=arguments["num_heads"],
+            intermediate_dim=arguments["intermediate_dim"],
+            dropout=arguments["dropout"],
+            activation=arguments["activation"],
+            layer_norm_epsilon=arguments["layer_norm_epsilon"],
+            normalization=arguments["normalization"],
+            use_bias=arguments["use_bias"],
+            attention=arguments["attention"],
+        )
+        if "pad_id" in arguments:
+            self.pad_id = check_token_id(
+                arguments["pad_id"], "pad_id", self.vocabulary_size
+            )
+
     def _check_keyword_arguments(self, dtype, kwargs):
         """Refuses a `dtype` that does not compute in floats, and unknown
         keyword arguments.
 
-        Called first in a subclass's constructor: a misspelled argument
+        Called first (by `_check_model_arguments`): a misspelled argument
         (`hidden_dm=64`) raises a `TypeError` that names it and lists the
         valid ones, instead of being passed on to `keras.Model`.
         """
@@ -239,8 +296,8 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
     ):
         """Checks and stores the arguments of every model's blocks.
 
-        Called in a subclass's constructor, before its own arguments are
-        checked. `attention` becomes `self.attention`, an `AttentionSettings`
+        Called by `_check_model_arguments`, before a model's own arguments
+        are checked. `attention` becomes `self.attention`, an `AttentionSettings`
         (which checks its fields when made); the position scheme adds its
         rotation to the settings the blocks get (`_transformer_blocks`).
         """
