@@ -219,7 +219,12 @@ class TextGenerator:
         generator, ids, batches = self._prepare(
             prompts, max_length, sampler, processors, end_ids, stop_sequences
         )
-        outputs, scores = [None] * len(ids), [0.0] * len(ids)
+        return self._generate_batches(generator, len(ids), batches)
+
+    def _generate_batches(self, generator, count, batches):
+        """`(token_ids, scores)` of the `count` prompts, in their order,
+        generated batch by batch (`_prepare`'s `batches`)."""
+        outputs, scores = [None] * count, [0.0] * count
         for batch, prompt in batches:
             result = generator.generate(prompt)
             for row, i in enumerate(batch):
@@ -300,11 +305,7 @@ class TextGenerator:
                     f"Received: sampler={generator.sampler!r}"
                 )
             return self._stream(generator, len(ids), batches, chunk_tokens)
-        outputs = [None] * len(ids)
-        for batch, prompt in batches:
-            result = generator.generate(prompt)
-            for row, i in enumerate(batch):
-                outputs[i] = result["tokens"][row].tolist()
+        outputs, _ = self._generate_batches(generator, len(ids), batches)
         if not outputs:
             return []
         return self._detokenize(outputs)
