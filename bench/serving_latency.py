@@ -742,7 +742,7 @@ def formats_main(argv):
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="a random tiny preset, greedy, 2 + 1 requests of batch 4",
+        help="a random tiny preset, greedy, 1 + 1 requests (of batch 1 and 4)",
     )
     parser.add_argument(
         "--ctranslate2",
@@ -754,7 +754,7 @@ def formats_main(argv):
     if args.smoke:
         args.strategies, args.runs, args.batch_runs, args.batch_size = (
             ["greedy"],
-            2,
+            1,
             1,
             4,
         )

@@ -41,8 +41,9 @@ SIDE_BY_SIDE_BACKEND = {
     "train_throughput.py": "jax",
     "host_overhead.py": "jax",
     "cost_analysis.py": "jax",
+    # Its train steps compile faster on JAX than on TensorFlow's XLA.
+    "real_tokens.py": "jax",
     "decoding_throughput.py": "tensorflow",
-    "real_tokens.py": "tensorflow",
     "attention_scaling.py": "tensorflow",
     "layer_norm_step.py": "tensorflow",
 }
@@ -261,24 +262,48 @@ def test_litert_accuracy_smoke(tmp_path):
         assert preset in result.stdout, result.stdout
 
 
-@pytest.mark.parametrize("bench", ["train", "decode"])
-def test_torch_floor_quick(bench):
-    # Eager torch's profiler and call counts: torch only (about 10 s each).
+# Both benches of `bench/torch_floor.py`, in this order, in one process.
+TORCH_FLOOR_BENCHES = ("train", "decode")
+# Runs `torch_floor.main(argv)` for each bench in turn; frames each output
+# as `bench/smoke.py` does.
+TORCH_FLOOR_RUNNER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch_floor
+for bench in sys.argv[2:]:
+    print(f"=== start {bench} ===", flush=True)
+    torch_floor.main([bench, "--quick", "--torch-threads", "1"])
+"""
+
+
+@pytest.fixture(scope="module")
+def torch_floor_outputs():
+    """`{bench: output}` of `torch_floor.py <bench> --quick`, both benches
+    run by one process: torch, Keras and keras-hub start once (most of
+    each bench's quick run)."""
     if keras.backend.backend() != "torch":
         pytest.skip("bench/torch_floor.py measures eager torch")
     # One intra-op thread (`--torch-threads 1`), as the test process runs
     # torch (tests/conftest.py): on busy cores a second thread waits at
     # every op's barrier; the smoke checks the tables, not the times.
     result = subprocess.run(
-        [sys.executable, str(BENCH / "torch_floor.py"), bench, "--quick"]
-        + ["--torch-threads", "1"],
+        [sys.executable, "-c", TORCH_FLOOR_RUNNER, str(BENCH), *TORCH_FLOOR_BENCHES],
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ, "KERAS_BACKEND": "torch"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    out = result.stdout
+    parts = result.stdout.split("=== start ")[1:]
+    outputs = dict(part.split(" ===\n", 1) for part in parts)
+    assert list(outputs) == list(TORCH_FLOOR_BENCHES), result.stdout[-3000:]
+    return outputs
+
+
+@pytest.mark.parametrize("bench", TORCH_FLOOR_BENCHES)
+def test_torch_floor_quick(bench, torch_floor_outputs):
+    # Eager torch's profiler and call counts: torch only.
+    out = torch_floor_outputs[bench]
     assert "aten op, self time per step" in out and "aten::" in out
     if bench == "train":
         for part in ("matrix products", "loss, forward + backward", "Adam update"):

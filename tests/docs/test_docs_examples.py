@@ -124,12 +124,14 @@ def _page_id(page):
 
 
 # When `scripts/test.sh` runs the backends side by side, each page and
-# module of examples runs on one of them (`split_backend`), in turn, torch
-# (the lightest suite) every other time: a page checks that its examples
-# run as written, and what each backend does differently is the unit
-# tests' to check, on all three. A page with `exec-if` blocks shows
-# backends apart and runs on every backend. A one-backend run runs all.
-_TURNS = ("torch", "jax", "torch", "tensorflow")
+# module of examples runs on one of them (`split_backend`): torch, where
+# the examples run eagerly (all pages and docstrings in about 50 s, where
+# JAX and TensorFlow each spent about 120 s on their share, compiling
+# every tiny model). A page checks that its examples run as written, and
+# what each backend does differently is the unit tests' to check, on all
+# three. A page with `exec-if` blocks shows backends apart and runs on
+# every backend. A one-backend run runs all.
+_EXAMPLES_BACKEND = "torch"
 
 
 def _shared_out(values, ids, backend_specific=()):
@@ -139,9 +141,9 @@ def _shared_out(values, ids, backend_specific=()):
             id=ids(value),
             marks=()
             if value in backend_specific
-            else pytest.mark.split_backend(_TURNS[i % len(_TURNS)]),
+            else pytest.mark.split_backend(_EXAMPLES_BACKEND),
         )
-        for i, value in enumerate(values)
+        for value in values
     ]
 
 
