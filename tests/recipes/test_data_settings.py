@@ -15,8 +15,24 @@ from keras_attn_recipes.translation_steps import (
     _translation_datasets,
 )
 
-# The tiny setting's 300-piece vocabulary truncates a few pairs (and says so).
-pytestmark = pytest.mark.filterwarnings("ignore:.*truncated to max_length")
+pytestmark = [
+    # The tiny setting's 300-piece vocabulary truncates a few pairs (and
+    # says so).
+    pytest.mark.filterwarnings("ignore:.*truncated to max_length"),
+    # tf.data pipelines and a SentencePiece tokenizer: the same code on
+    # every backend. When the backends run side by side, one runs this file
+    # (tests/conftest.py): torch, whose suite finishes first.
+    pytest.mark.split_backend("torch"),
+]
+
+
+@pytest.fixture(scope="module")
+def val_split():
+    """Multi30k's validation pairs, and a 300-piece tokenizer trained on them
+    (read-only for the tests: each builds its own datasets)."""
+    sources, targets = load_multi30k("val")
+    tokenizer = SubwordTokenizer.train(sources + targets, vocabulary_size=300)
+    return sources, targets, tokenizer
 
 
 def _batches(dataset):
@@ -31,11 +47,10 @@ def _same(first, second):
     )
 
 
-def test_training_batches_are_sampled_and_validation_is_not():
-    sources, targets = load_multi30k("val")
+def test_training_batches_are_sampled_and_validation_is_not(val_split):
+    sources, targets, tokenizer = val_split
     train_pairs = (sources[:150], targets[:150])
     val_pairs = (sources[150:200], targets[150:200])
-    tokenizer = SubwordTokenizer.train(sources + targets, vocabulary_size=300)
     plain = SETTINGS["tiny"]
     sampled = plain.replace(subword_nbest_size=8, subword_alpha=0.1)
     datasets = {
@@ -64,10 +79,9 @@ def test_default_bucket_lengths_are_the_pipelines(monkeypatch):
     assert SETTINGS["tiny"].bucket_boundaries() == [10, 20, 64]
 
 
-def test_bucket_lengths_set_the_training_batch_shapes():
-    sources, targets = load_multi30k("val")
+def test_bucket_lengths_set_the_training_batch_shapes(val_split):
+    sources, targets, tokenizer = val_split
     pairs = (sources[:200], targets[:200])
-    tokenizer = SubwordTokenizer.train(sources + targets, vocabulary_size=300)
     config = SETTINGS["tiny"].replace(bucket_lengths=[6, 9, 14, 20, 30, 200])
     assert config.bucket_boundaries() == [6, 9, 14, 20, 30, 64]
     assert _bucket_batch_sizes(config) == [512 // n for n in (6, 9, 14, 20, 30, 64)]
@@ -79,10 +93,9 @@ def test_bucket_lengths_set_the_training_batch_shapes():
     assert {512 // length for _, length in shapes} == {rows for rows, _ in shapes}
 
 
-def test_r_drop_repeats_every_batch_and_uses_its_loss():
-    sources, targets = load_multi30k("val")
+def test_r_drop_repeats_every_batch_and_uses_its_loss(val_split):
+    sources, targets, tokenizer = val_split
     pairs = (sources[:120], targets[:120])
-    tokenizer = SubwordTokenizer.train(sources + targets, vocabulary_size=300)
     plain = SETTINGS["tiny"]
     r_drop = plain.replace(r_drop_alpha=5.0)
     plain_data, r_drop_data = (

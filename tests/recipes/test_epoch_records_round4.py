@@ -17,6 +17,11 @@ from keras_attn_recipes.cli_io import RunDirectoryError
 from keras_attn_recipes.epoch_records import repair_epoch_records
 from keras_attn_recipes.translation_steps import load_translator
 
+# The recipe's file handling, the same on every backend: when the backends
+# run side by side, one runs this file (tests/conftest.py): torch, whose
+# suite finishes first.
+pytestmark = pytest.mark.split_backend("torch")
+
 HISTORY_FIELDS = ["epoch", "loss", "updates"]
 UPDATES_FIELDS = ["update", "epoch", "loss", "learning_rate", "minutes"]
 

@@ -36,6 +36,14 @@ RECIPE = ROOT / "recipes" / "translate_multi30k.py"
 # it gains on the tiny setting's tensors.
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMP_NUM_THREADS="1")
 
+# Locks, atomic files, kills and refusals: backend-independent recipe code
+# (the weights go through Keras's HDF5 writer on every backend). When the
+# backends run side by side, one runs this file (tests/conftest.py): torch,
+# whose suite finishes first; there its `slow` tests run too. The module
+# fixtures (an untrained run and its preset, checked by decoding 64 pairs)
+# are then built once instead of three times.
+pytestmark = pytest.mark.split_backend("torch")
+
 # A process that holds a run directory's lock until it is killed.
 HOLDER = textwrap.dedent(
     """

@@ -14,6 +14,12 @@ from keras_attn_recipes.translation_steps import load_translator
 
 SENTENCES = ["A dog runs.", "Two men talk in the street."]
 
+# The recipe's code (averaging, metadata, files) is the same on every
+# backend; the preset's model on each is tested in tests/models and
+# tests/zoo. When the backends run side by side, one runs this file
+# (tests/conftest.py): torch, whose suite finishes first.
+pytestmark = pytest.mark.split_backend("torch")
+
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
