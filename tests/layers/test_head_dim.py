@@ -96,8 +96,8 @@ def test_a_blocks_attention_equals_keras_with_the_same_weights(num_key_value_hea
 
     # The block: `Norm(h + FFN(h))`, `h = Norm(x + Attention(x))`, with
     # Keras's attention in place of ours.
-    h = block.self_attention_norm(x + reference(x, x))
-    expected = block.feed_forward_norm(h + block.feed_forward(h))
+    h = block.self_attention_norm(keras.ops.add(x, reference(x, x)))
+    expected = block.feed_forward_norm(keras.ops.add(h, block.feed_forward(h)))
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(block(x)),
         keras.ops.convert_to_numpy(expected),
