@@ -9,6 +9,7 @@ attention and a SwiGLU feed-forward network. Each maps onto options of our
 |---|---|
 | `vocab_size`, `hidden_size`, `num_hidden_layers`, `num_attention_heads`, `intermediate_size` | `vocabulary_size`, `hidden_dim`, `num_layers`, `num_heads`, `intermediate_dim` |
 | `num_key_value_heads` | `attention={"num_key_value_heads": ...}` |
+| `head_dim` (Mistral-Nemo, Qwen3-style configs) | `attention={"head_dim": ...}` where it is not `hidden_size / num_attention_heads`, else left out |
 | `hidden_act: "silu"` | `activation="swiglu"` (`gate_proj` -> `gate_dense`, `up_proj` -> `intermediate_dense`) |
 | `rms_norm_eps` | `normalization="rms"`, `layer_norm_epsilon` |
 | `rope_theta`, `rope_scaling` of type `linear` | `position="rotary"` with that wavelength and scaling factor |
@@ -19,9 +20,8 @@ attention and a SwiGLU feed-forward network. Each maps onto options of our
 
 Token embeddings are not scaled by `sqrt(hidden_dim)` (`scale_embeddings`
 off). A field that maps to nothing we have (another `hidden_act`, a
-`rope_scaling` type other than `linear`, a `head_dim` other than
-`hidden_size / num_attention_heads`, ...) is refused naming the field and
-its value: a checkpoint is loaded exactly or not at all.
+`rope_scaling` type other than `linear`, ...) is refused naming the field
+and its value: a checkpoint is loaded exactly or not at all.
 
 `export(model, directory, model_type)` writes a `TransformerLM` of these
 options back as a checkpoint of that family (`LlamaForCausalLM` by
@@ -41,6 +41,7 @@ from keras_attn.hf.files import (
     with_flash_attention,
     write_checkpoint,
 )
+from keras_attn.layers.attention.attention_settings import AttentionSettings
 from keras_attn.models.transformer_lm import TransformerLM
 from keras_attn.shared_docstrings import shared_docstrings
 
@@ -106,19 +107,15 @@ def model_arguments(config):
         )
     hidden_dim = int(config["hidden_size"])
     num_heads = int(config["num_attention_heads"])
-    head_dim = config.get("head_dim")
-    if head_dim is not None and head_dim * num_heads != hidden_dim:
-        refuse_config_field(
-            model_type,
-            "head_dim",
-            head_dim,
-            f"is not hidden_size / num_attention_heads = {hidden_dim / num_heads}",
-        )
     max_wavelength, scaling_factor = _rotation(config)
     attention = {
         "num_key_value_heads": int(config.get("num_key_value_heads") or num_heads),
         "dropout": float(config.get("attention_dropout", 0.0)),
     }
+    head_dim = config.get("head_dim")
+    if head_dim is not None and head_dim * num_heads != hidden_dim:
+        # Heads of their own size (Mistral-Nemo: 32 heads of 128 in 5120).
+        attention["head_dim"] = _head_dim(model_type, head_dim)
     window = _sliding_window(config)
     if window is not None:
         attention["sliding_window"] = window
@@ -146,6 +143,16 @@ def model_arguments(config):
         "scale_embeddings": False,
         "attention": attention,
     }
+
+
+def _head_dim(model_type, head_dim):
+    """The config's `head_dim` as ours, or refused naming it."""
+    try:
+        return AttentionSettings(head_dim=head_dim).head_dim
+    except (TypeError, ValueError):
+        refuse_config_field(
+            model_type, "head_dim", head_dim, "is not a positive integer"
+        )
 
 
 def _position(max_wavelength, scaling_factor):
@@ -209,7 +216,7 @@ def _to_ours(get, arguments, has_tensor):
     hidden = arguments["hidden_dim"]
     heads = arguments["num_heads"]
     key_heads = arguments["attention"]["num_key_value_heads"]
-    head_dim = hidden // heads
+    head_dim = AttentionSettings.get(arguments["attention"]).key_dim(hidden, heads)
     inner = arguments["intermediate_dim"]
     vocab = arguments["vocabulary_size"]
     with_bias = arguments["use_bias"]
@@ -353,6 +360,9 @@ def export(model, directory, model_type="llama"):
     hf_config = _hf_config(model, model_type, key_heads)
     # The load mapping run backwards.
     arguments = model_arguments(hf_config)
+    if model.attention.head_dim is not None:
+        # Set, even to `hidden_size / num_attention_heads`: the same mapping.
+        arguments["attention"]["head_dim"] = model.attention.head_dim
     tensors = invert_mapping(
         model,
         lambda get: _to_ours(get, arguments, lambda name: name.endswith(_QWEN2_BIASES)),
@@ -429,7 +439,7 @@ def _hf_config(model, model_type, key_heads):
         "num_hidden_layers": model.num_layers,
         "num_attention_heads": model.num_heads,
         "num_key_value_heads": key_heads,
-        "head_dim": model.hidden_dim // model.num_heads,
+        "head_dim": model.attention.key_dim(model.hidden_dim, model.num_heads),
         "intermediate_size": model.intermediate_dim,
         "hidden_act": "silu",
         "rms_norm_eps": model.layer_norm_epsilon,

@@ -12,7 +12,7 @@ options of our `Transformer`:
 | config.json | `Transformer` |
 |---|---|
 | `d_model`, `num_layers`, `num_decoder_layers`, `num_heads`, `d_ff` | `hidden_dim`, `num_encoder_layers`, `num_decoder_layers`, `num_heads`, `intermediate_dim` |
-| `d_kv` | `hidden_dim / num_heads` (another value is refused) |
+| `d_kv` | the heads' size: `attention={"head_dim": d_kv}` where it is not `d_model / num_heads` (T5 v1.1 small and base, FLAN-T5 small), else left out |
 | `vocab_size` | `vocabulary_size=vocab_size + 1` (our padding id 0, below) |
 | `feed_forward_proj` (`relu`, `gelu`, `gated-gelu`, `gated-relu`, `gated-silu`) | `activation` (`relu`, `gelu`, `geglu_approximate`, `reglu`, `swiglu`) |
 | pre-norm blocks, `T5LayerNorm` (`layer_norm_epsilon`), final norms | `normalize_first=True`, `normalization="rms"`, `layer_norm_epsilon` |
@@ -41,8 +41,7 @@ differs in two dropouts T5 has and our blocks do not: on the
 feed-forward network's inner activations and after the final norms.
 
 A config field that maps to nothing we have (another `feed_forward_proj`,
-a `d_kv` other than `d_model / num_heads`, a list of end ids, ...) is
-refused naming the field and value: a checkpoint is loaded exactly or not
+a list of end ids, ...) is refused naming the field and value: a checkpoint is loaded exactly or not
 at all. `export` writes such a `Transformer` back as a T5 checkpoint.
 """
 
@@ -60,6 +59,7 @@ from keras_attn.hf.files import (
     write_exported_checkpoint,
 )
 from keras_attn.hf.marian import PADDING_LOGIT
+from keras_attn.layers.attention.attention_settings import AttentionSettings
 from keras_attn.layers.blocks.feed_forward import is_gated
 from keras_attn.layers.positions.relative_position_bias import check_bucket_arguments
 from keras_attn.models.transformer import Transformer
@@ -111,6 +111,14 @@ def _field(config, name):
     return _DEFAULTS[name] if value is None else value
 
 
+def _head_dim(d_kv):
+    """`d_kv` as our `head_dim`, or refused naming it."""
+    try:
+        return AttentionSettings(head_dim=d_kv).head_dim
+    except (TypeError, ValueError):
+        _refuse("d_kv", d_kv, "is not a positive integer (the heads' size)")
+
+
 def _scales_decoder_output(config):
     """Whether the output projection reads `d_model ** -0.5` times the
     decoder's output, as `transformers.T5Config` decides it."""
@@ -139,13 +147,10 @@ def model_arguments(config, tie_embeddings=None):
             f"is none of the feed-forward networks we map ({', '.join(_ACTIVATIONS)})",
         )
     hidden_dim, num_heads = fields["d_model"], fields["num_heads"]
+    attention = {"dropout": float(fields["dropout_rate"]), "scale": 1.0}
     if fields["d_kv"] * num_heads != hidden_dim:
-        _refuse(
-            "d_kv",
-            fields["d_kv"],
-            f"is not d_model / num_heads = {hidden_dim / num_heads} (our "
-            "attention heads split the model dimension)",
-        )
+        # Heads of their own size (T5 v1.1 small: 6 heads of 64 in 512).
+        attention["head_dim"] = _head_dim(fields["d_kv"])
     vocabulary = fields["vocab_size"]
     special_ids = ("pad_token_id", "eos_token_id", "decoder_start_token_id")
     check_token_ids("T5", fields, special_ids, vocabulary)
@@ -180,7 +185,7 @@ def model_arguments(config, tie_embeddings=None):
         num_heads=num_heads,
         intermediate_dim=fields["d_ff"],
         dropout=dropout,
-        attention={"dropout": dropout, "scale": 1.0},
+        attention=attention,
         max_sequence_length=fields["n_positions"],
         position={"name": "relative", "num_buckets": buckets, "max_distance": distance},
         normalize_first=True,
@@ -246,7 +251,8 @@ def _to_ours(get, arguments):
     """Our weights (path -> array) from T5's tensors (`get(name, shape)`)."""
     d = arguments["hidden_dim"]
     heads = arguments["num_heads"]
-    head_dim = d // heads
+    head_dim = AttentionSettings.get(arguments["attention"]).key_dim(d, heads)
+    inner = heads * head_dim
     ffn = arguments["intermediate_dim"]
     vocabulary = arguments["vocabulary_size"] - ID_OFFSET
     buckets = arguments["position"]["num_buckets"]
@@ -278,12 +284,12 @@ def _to_ours(get, arguments):
                 ("key", "k"),
                 ("value", "v"),
             ):
-                weight = get(f"{hf}{hf_attention}.{hf_projection}.weight", (d, d))
+                weight = get(f"{hf}{hf_attention}.{hf_projection}.weight", (inner, d))
                 # (out, in) -> (hidden_dim, heads, head_dim)
                 ours[f"{block}/{attention}/{projection}/kernel"] = weight.T.reshape(
                     d, heads, head_dim
                 )
-            weight = get(f"{hf}{hf_attention}.o.weight", (d, d))
+            weight = get(f"{hf}{hf_attention}.o.weight", (d, inner))
             # (heads * head_dim, hidden_dim) -> (heads, head_dim, hidden_dim)
             ours[f"{block}/{attention}/attention_output/kernel"] = weight.T.reshape(
                 heads, head_dim, d
@@ -385,7 +391,7 @@ def _t5_config(model):
         "is_encoder_decoder": True,
         "vocab_size": model.vocabulary_size - ID_OFFSET,
         "d_model": model.hidden_dim,
-        "d_kv": model.hidden_dim // model.num_heads,
+        "d_kv": model.attention.key_dim(model.hidden_dim, model.num_heads),
         "d_ff": model.intermediate_dim,
         "num_layers": model.num_encoder_layers,
         "num_decoder_layers": model.num_decoder_layers,
@@ -427,6 +433,9 @@ def export(model, directory):
     check_export_class(model, Transformer, "T5")
     config = _t5_config(model)
     arguments = model_arguments(config, model.tie_embeddings)
+    if model.attention.head_dim is not None:
+        # Set, even to `d_model / num_heads`: the same checkpoint.
+        arguments["attention"]["head_dim"] = model.attention.head_dim
     return write_exported_checkpoint(
         model, directory, "T5", config, arguments, lambda get: _to_ours(get, arguments)
     )

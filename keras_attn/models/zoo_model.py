@@ -63,7 +63,6 @@ from keras_attn.models.token_inputs import (
 from keras_attn.validation import (
     check_bool,
     check_choice,
-    check_divisible,
     check_epsilon,
     check_float_dtype,
     check_positive_int,
@@ -304,7 +303,6 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
         self.num_layers = check_positive_int(num_layers, "num_layers")
         self.hidden_dim = check_positive_int(hidden_dim, "hidden_dim")
         self.num_heads = check_positive_int(num_heads, "num_heads")
-        check_divisible(self.hidden_dim, self.num_heads, "hidden_dim", "num_heads")
         self.intermediate_dim = check_positive_int(intermediate_dim, "intermediate_dim")
         self.dropout = check_rate(dropout, "dropout")
         self.activation = check_activation(activation, "activation")
@@ -316,12 +314,15 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
         )
         self.use_bias = check_bool(use_bias, "use_bias")
         self.attention = check_model_attention(attention, self.num_heads)
+        # `num_heads` must divide `hidden_dim` unless `head_dim` is set.
+        self.attention.key_dim(self.hidden_dim, self.num_heads)
 
     def _use_position_scheme(self, position_scheme=None):
         """Stores the position scheme, checked against `hidden_dim`.
 
         `None` (the token models) is the scheme `self.position` names, for
-        `self.max_sequence_length` positions and `self.num_heads` heads.
+        `self.max_sequence_length` positions and `self.num_heads` heads (of
+        `self.attention.head_dim` features, where set).
         Its `block_arguments()` (a rotary scheme's rotation, `{}` for the
         others) join `self.attention` in every block (`_transformer_blocks`).
         """
@@ -330,6 +331,7 @@ class ZooModel(PresetMixin, ModelFeaturesMixin, keras.Model):
                 self.position,
                 sequence_length=self.max_sequence_length,
                 num_heads=self.num_heads,
+                head_dim=self.attention.head_dim,
             )
         position_scheme.check_embedding_dim(self.hidden_dim, "hidden_dim")
         self.position_scheme = position_scheme

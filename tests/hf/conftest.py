@@ -99,17 +99,19 @@ def build_tokenizer(directory, add_start):
 
 @pytest.fixture(scope="session")
 def hf_causal_lms(tmp_path_factory):
-    """`checkpoint(model_type) -> (directory, transformers model)`, each
-    family built once per session, on first use."""
+    """`checkpoint(model_type, **changes) -> (directory, transformers
+    model)`, each family (with `changes` to its config) built once per
+    session, on first use."""
     built = {}
 
-    def checkpoint(model_type):
-        if model_type not in built:
+    def checkpoint(model_type, **changes):
+        key = (model_type, *sorted(changes.items()))
+        if key not in built:
             directory = tmp_path_factory.mktemp(f"hf_{model_type}")
-            model = build_checkpoint(model_type, directory)
+            model = build_checkpoint(model_type, directory, **changes)
             build_tokenizer(directory, add_start=model_type != "qwen2")
-            built[model_type] = directory, model
-        return built[model_type]
+            built[key] = directory, model
+        return built[key]
 
     return checkpoint
 

@@ -3,7 +3,10 @@
 One test per family loads the tiny checkpoint of `conftest.py` and checks,
 on one built model: the logits equal `transformers`' (float32, 1e-4), 20
 greedy tokens equal `generate(do_sample=False, num_beams=1)`, and the
-export back loads in `transformers` with the same logits.
+export back loads in `transformers` with the same logits. One more does
+it for a Qwen2 checkpoint whose `head_dim` is not `hidden_size /
+num_attention_heads` (6 heads of 8 in 32, as Mistral-Nemo's and Qwen3's
+heads are of their own size).
 """
 
 import json
@@ -38,6 +41,13 @@ def test_logits_greedy_and_export_equal_transformers(
     hf_causal_lms, model_type, tmp_path
 ):
     directory, hf_model = hf_causal_lms(model_type)
+    check_logits_greedy_and_export(directory, hf_model, model_type, tmp_path)
+
+
+def check_logits_greedy_and_export(directory, hf_model, model_type, tmp_path):
+    """The loaded model's logits and greedy tokens equal `hf_model`'s, and
+    its export loads in `transformers` with the same logits; returns the
+    model and the exported config."""
     model = TransformerLM.from_preset(str(directory))
 
     expected = reference_logits(hf_model, TOKENS)
@@ -70,6 +80,28 @@ def test_logits_greedy_and_export_equal_transformers(
     np.testing.assert_allclose(
         reference_logits(reloaded, TOKENS), logits, atol=1e-4, rtol=0
     )
+    return model, config
+
+
+def test_a_head_dim_of_its_own_equals_transformers(hf_causal_lms, tmp_path):
+    """Qwen2 (q/k/v biases of `heads * head_dim`) with 6 query heads and 2
+    key/value heads of 8 features in a model dimension of 32, which 6 does
+    not divide: loaded, decoded with the cache and exported."""
+    directory, hf_model = hf_causal_lms(
+        "qwen2", num_attention_heads=6, num_key_value_heads=2, head_dim=8
+    )
+    model, config = check_logits_greedy_and_export(
+        directory, hf_model, "qwen2", tmp_path
+    )
+    assert model.attention.head_dim == 8 and model.num_heads == 6
+    assert model.position_scheme.head_dim == 8
+    block = model.get_layer("decoder_block_0")
+    assert block.head_dim == 8
+    # (hidden, heads, head_dim) and (heads, head_dim, hidden)
+    assert tuple(block.self_attention.query_dense.kernel.shape) == (32, 6, 8)
+    assert tuple(block.self_attention.key_dense.kernel.shape) == (32, 2, 8)
+    assert tuple(block.self_attention.output_dense.kernel.shape) == (6, 8, 32)
+    assert config["head_dim"] == 8
 
 
 def test_unmappable_fields_are_refused_by_name():
@@ -88,7 +120,8 @@ def test_unmappable_fields_are_refused_by_name():
             "rope_scaling.rope_type='yarn'",
         ),
         ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "'llama3'"),
-        ({"head_dim": 16}, "head_dim=16"),
+        ({"head_dim": 0}, "head_dim=0"),
+        ({"head_dim": "16"}, "head_dim='16'"),
         (
             {
                 "model_type": "qwen2",
@@ -103,6 +136,14 @@ def test_unmappable_fields_are_refused_by_name():
         with pytest.raises(ValueError, match="cannot be loaded exactly") as error:
             llama.model_arguments({**base, **changes})
         assert named in str(error.value), (changes, str(error.value))
+
+    # A `head_dim` of its own is the heads' size; hidden / heads, nothing.
+    assert llama.model_arguments({**base, "head_dim": 16})["attention"] == {
+        "num_key_value_heads": 4,
+        "dropout": 0.0,
+        "head_dim": 16,
+    }
+    assert "head_dim" not in llama.model_arguments({**base, "head_dim": 8})["attention"]
 
     # The rotation reaches the model as the position scheme's own fields.
     assert llama.model_arguments({**base, "rope_theta": 5e5})["position"] == {

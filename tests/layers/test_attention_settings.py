@@ -112,6 +112,28 @@ def test_scale_multiplies_the_scores_of_every_attention(flash_attention):
     assert MultiHeadAttention.from_config(unscaled.get_config()).scale == 1.0
 
 
+def test_head_dim_round_trips_and_is_written_only_when_set():
+    settings = AttentionSettings(head_dim=np.int64(6), num_key_value_heads=2)
+    assert type(settings.head_dim) is int
+    config = json.loads(json.dumps(settings.get_config()))
+    assert config["head_dim"] == 6
+    assert AttentionSettings.from_config(config) == settings
+    assert AttentionSettings.get(config) == settings
+    # The cross-attention's heads are of the same size.
+    assert settings.for_cross_attention().head_dim == 6
+    # Unset, it is not written: a config as saved before the setting,
+    # which loads as it.
+    config = AttentionSettings(num_key_value_heads=2).get_config()
+    assert "head_dim" not in config
+    assert AttentionSettings.from_config(config).head_dim is None
+    # `MultiHeadAttention`'s `key_dim`, not an argument of its own.
+    assert "head_dim" not in settings.layer_arguments()
+    assert settings.key_dim(10, 3) == 6
+    assert AttentionSettings().key_dim(12, 3) == 4
+    with pytest.raises(ValueError, match="hidden_dim=10, num_heads=3"):
+        AttentionSettings().key_dim(10, 3)
+
+
 def test_layer_arguments_are_multi_head_attentions():
     layer = MultiHeadAttention(num_heads=HEADS, key_dim=4, **SETTINGS.layer_arguments())
     config = layer.get_config()
@@ -171,6 +193,25 @@ def test_key_value_heads_is_one_rule():
         (dict(scale=-1.0), ValueError, "scale=-1.0"),
         (dict(scale=float("nan")), ValueError, "scale=nan"),
         (dict(scale="1"), TypeError, "scale='1'"),
+        (
+            dict(head_dim=0),
+            ValueError,
+            "expected a positive integer or `None`.*head_dim=0",
+        ),
+        (dict(head_dim=-4), ValueError, "head_dim=-4"),
+        (dict(head_dim=1.5), ValueError, "head_dim=1.5"),
+        (dict(head_dim=True), ValueError, "head_dim=True"),
+        (dict(head_dim="8"), TypeError, "head_dim='8'"),
+        (
+            dict(head_dim=5, rotary_max_wavelength=1e4),
+            ValueError,
+            "head_dim=5, rotary_max_wavelength=10000.0",
+        ),
+        (
+            dict(head_dim=4, rotary_max_wavelength=1e4, rotary_dim=6),
+            ValueError,
+            r"at most `key_dim` \(4\).*rotary_dim=6",
+        ),
     ],
 )
 def test_refusal_table(arguments, error, match):

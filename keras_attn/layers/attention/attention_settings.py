@@ -7,6 +7,13 @@ declares its check; a new setting is one field (`_setting(default, check)`),
 and reaches `MultiHeadAttention` through `layer_arguments()` under its own
 name, which is the layer's argument of that name. A setting the
 cross-attention must not take is dropped in `for_cross_attention()`.
+
+A setting added after configs were saved with the others may be written
+only when set (`_setting(..., written_at_default=False)`): a config at its
+default then reads as the one files saved before it hold, and loads in
+the versions before it. `head_dim` is such a setting, and the one that is
+no argument of `MultiHeadAttention` under its own name: it is the layer's
+`key_dim` (`key_dim(hidden_dim, num_heads)`), which a block passes itself.
 """
 
 import dataclasses
@@ -21,7 +28,12 @@ from keras_attn.layers.attention.query_key_heads import (
     check_num_key_value_heads,
     check_rotary_arguments,
 )
-from keras_attn.validation import check_bool, check_float, check_rate
+from keras_attn.validation import (
+    check_bool,
+    check_divisible,
+    check_float,
+    check_rate,
+)
 
 # The smallest normal float32 number: the scores are capped in (at least)
 # float32, where a smaller cap flushes to zero and `0 * tanh(s / 0)` is NaN.
@@ -74,9 +86,35 @@ def check_scale(scale):
     )
 
 
-def _setting(default, check=None):
-    """A field of `AttentionSettings`; `check(value)` returns it canonical."""
-    return dataclasses.field(default=default, metadata={"check": check})
+def check_rotated_head_dim(head_dim, rotary_max_wavelength, rotary_dim):
+    """Refuses an odd `head_dim` whose every feature is rotated (RoPE turns
+    pairs of features); `head_dim=None` is checked where it is known (the
+    model's position scheme, `MultiHeadAttention`'s `key_dim`)."""
+    if (
+        head_dim is not None
+        and rotary_max_wavelength is not None
+        and rotary_dim is None
+        and head_dim % 2
+    ):
+        raise ValueError(
+            "`head_dim` must be even with rotary positions, which turn pairs "
+            "of a head's features (or set an even `rotary_dim` below it). "
+            f"Received: head_dim={head_dim}, "
+            f"rotary_max_wavelength={rotary_max_wavelength}"
+        )
+    return head_dim
+
+
+def _setting(default, check=None, written_at_default=True):
+    """A field of `AttentionSettings`; `check(value)` returns it canonical.
+
+    `written_at_default=False`: `get_config()` leaves the field out while
+    it holds `default` (a setting newer than saved configs).
+    """
+    return dataclasses.field(
+        default=default,
+        metadata={"check": check, "written_at_default": written_at_default},
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -138,6 +176,19 @@ class AttentionSettings:
             before any bias, the mask and the softmax. Capped attention
             runs the explicit path (`flash_attention=None` falls back to
             it; `True` is refused). Defaults to `None`, meaning no cap.
+        scale: float `> 0`, the factor of the scores `Q K^T` (`1.0` for
+            T5). Defaults to `None`, meaning `1 / sqrt(head_dim)`.
+        head_dim: positive int, the features of each query, key and value
+            head (`MultiHeadAttention`'s `key_dim`) when they are not
+            `hidden_dim / num_heads`: the query projection is then
+            `hidden_dim -> num_heads * head_dim` (the key and value ones
+            `num_key_value_heads * head_dim`) and the output projection
+            `num_heads * head_dim -> hidden_dim`, so `num_heads` need not
+            divide `hidden_dim` (T5's `d_kv`, a Llama-family config's
+            `head_dim`). Even when a rotation turns all its features.
+            Written by `get_config()` only when set. Defaults to `None`,
+            meaning `hidden_dim // num_heads` (`num_heads` must divide
+            `hidden_dim`).
 
     Example:
 
@@ -171,6 +222,11 @@ class AttentionSettings:
     # Checked with `flash_attention` (`__post_init__`).
     logit_soft_cap: float | None = _setting(None)
     scale: float | None = _setting(None, check_scale)
+    head_dim: int | None = _setting(
+        None,
+        lambda value: check_head_dim(value, "head_dim", allow_none=True),
+        written_at_default=False,
+    )
 
     _ROTATION = ("rotary_max_wavelength", "rotary_scaling_factor", "rotary_dim")
 
@@ -179,8 +235,15 @@ class AttentionSettings:
             check = field.metadata["check"]
             if check is not None:
                 self._set(field.name, check(getattr(self, field.name)))
+        # Named `head_dim` here (the rotation's check says `key_dim`).
+        check_rotated_head_dim(
+            self.head_dim, self.rotary_max_wavelength, self.rotary_dim
+        )
         rotation = check_rotary_arguments(
-            self.rotary_max_wavelength, self.rotary_scaling_factor, self.rotary_dim
+            self.rotary_max_wavelength,
+            self.rotary_scaling_factor,
+            self.rotary_dim,
+            key_dim=self.head_dim,
         )
         for name, value in zip(self._ROTATION, rotation):
             self._set(name, value)
@@ -210,6 +273,21 @@ class AttentionSettings:
         """
         return check_num_key_value_heads(self.num_key_value_heads, num_heads)
 
+    def key_dim(self, hidden_dim, num_heads):
+        """The features of each head for a `hidden_dim` attention of
+        `num_heads` heads: `head_dim` when set, else `hidden_dim //
+        num_heads` (section 3.2.2), the `key_dim` of the blocks'
+        `MultiHeadAttention` layers.
+
+        Raises:
+            ValueError: `head_dim` is `None` and `num_heads` does not divide
+                `hidden_dim`.
+        """
+        if self.head_dim is not None:
+            return self.head_dim
+        check_divisible(hidden_dim, num_heads, "hidden_dim", "num_heads")
+        return hidden_dim // num_heads
+
     def for_cross_attention(self):
         """These settings for a cross-attention: no rotary positions and no
         sliding window (a query and the encoder's keys have no common
@@ -227,12 +305,21 @@ class AttentionSettings:
         return dataclasses.replace(self, **changes)
 
     def layer_arguments(self):
-        """The keyword arguments of `keras_attn.layers.MultiHeadAttention`."""
-        return dataclasses.asdict(self)
+        """The keyword arguments of `keras_attn.layers.MultiHeadAttention`,
+        but for `key_dim` (`key_dim(hidden_dim, num_heads)`)."""
+        arguments = dataclasses.asdict(self)
+        del arguments["head_dim"]
+        return arguments
 
     def get_config(self):
-        """Every setting, as plain JSON data."""
-        return dataclasses.asdict(self)
+        """The settings, as plain JSON data: every one, but for those
+        written only when set (`head_dim`) left at their default."""
+        return {
+            field.name: getattr(self, field.name)
+            for field in dataclasses.fields(self)
+            if field.metadata["written_at_default"]
+            or getattr(self, field.name) != field.default
+        }
 
     @classmethod
     def from_config(cls, config):

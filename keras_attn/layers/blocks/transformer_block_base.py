@@ -17,7 +17,6 @@ from keras_attn.layers.normalization.rms_normalization import RMSNormalization
 from keras_attn.validation import (
     check_bool,
     check_choice,
-    check_divisible,
     check_epsilon,
     check_positive_int,
     check_rate,
@@ -42,8 +41,8 @@ class TransformerBlockBase(keras.layers.Layer):
 
     Holds the shared arguments (documented on the two blocks) and builds
     their sub-layers: attention with `d_k = d_v = hidden_dim / num_heads`
-    (section 3.2.2), layer (or RMS) normalisation, residual dropout
-    (section 5.4).
+    (section 3.2.2), or `attention.head_dim` when set, layer (or RMS)
+    normalisation, residual dropout (section 5.4).
 
     The attention settings (`attention`, an `AttentionSettings`) are
     checked when made and stored as `self.attention`; every attention
@@ -94,7 +93,8 @@ class TransformerBlockBase(keras.layers.Layer):
             attention, default=AttentionSettings(dropout=self.dropout)
         )
         self._num_key_value_heads = self.attention.key_value_heads(self.num_heads)
-        self._head_dim = None  # Known once built: hidden_dim // num_heads.
+        # Known once built: `attention.key_dim(hidden_dim, num_heads)`.
+        self._head_dim = None
         self.supports_masking = True
 
     @property
@@ -114,7 +114,8 @@ class TransformerBlockBase(keras.layers.Layer):
 
     @property
     def head_dim(self):
-        """Features per head, `hidden_dim // num_heads`; `None` until built.
+        """Features per head: `attention.head_dim`, else `hidden_dim //
+        num_heads`; `None` until built.
 
         With `num_key_value_heads`, a self-attention cache is `(batch,
         max_length, block.num_key_value_heads, block.head_dim)`.
@@ -159,11 +160,12 @@ class TransformerBlockBase(keras.layers.Layer):
 
     def _attention(self, hidden_dim, name, rotary=False):
         """An attention sub-layer; `rotary` for self-attention (RoPE)."""
-        check_divisible(hidden_dim, self.num_heads, "hidden_dim", "num_heads")
         settings = self.attention if rotary else self.attention.for_cross_attention()
+        # The output projection goes back to `hidden_dim` (the query's
+        # features, `MultiHeadAttention`'s default `output_shape`).
         return MultiHeadAttention(
             num_heads=self.num_heads,
-            key_dim=hidden_dim // self.num_heads,
+            key_dim=settings.key_dim(hidden_dim, self.num_heads),
             use_bias=self.use_bias,
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
@@ -200,7 +202,7 @@ class TransformerBlockBase(keras.layers.Layer):
 
     def _build_self_attention(self, inputs_shape, hidden_dim):
         """The first sub-layer: self-attention, its norm and its dropout."""
-        self._head_dim = hidden_dim // self.num_heads
+        self._head_dim = self.attention.key_dim(hidden_dim, self.num_heads)
         self.self_attention = self._attention(hidden_dim, "self_attention", rotary=True)
         self.self_attention.build(inputs_shape, inputs_shape)
         self.self_attention_norm = self._norm("self_attention_norm")

@@ -50,7 +50,7 @@ class TransformerDecoderBlock(StackedDecoderCacheMixin, TransformerBlockBase):
 
     Args:
         num_heads: int, number of attention heads; must divide the input's
-            feature size.
+            feature size, unless `attention` sets `head_dim`.
         intermediate_dim: int, the feed-forward inner size `d_ff`.
         dropout: float in `[0, 1)`, residual dropout, applied by
             `keras_attn.layers.FastDropout` (whose docstring says how it

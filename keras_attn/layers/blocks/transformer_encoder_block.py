@@ -16,7 +16,8 @@ class TransformerEncoderBlock(TransformerBlockBase):
 
     Args:
         num_heads: int, number of attention heads; must divide the input's
-            feature size (`d_k = d_model / h`).
+            feature size (`d_k = d_model / h`), unless `attention` sets
+            `head_dim` (then `d_k = head_dim`).
         intermediate_dim: int, the feed-forward inner size `d_ff`.
         dropout: float in `[0, 1)`, residual dropout on each sub-layer's
             output before the residual addition (section 5.4), applied by

@@ -30,7 +30,8 @@ cached decoding all three are the same number.
 weights (its own `attention_bias_layer`, `RelativeBias`), and
 `RotaryPositions` (`position="rotary"`, RoPE) the first that rotates the
 queries and keys. A model builds its scheme once, with `get` (from its
-`position` argument, its heads and its longest sequence), and hands the
+`position` argument, its heads (and their size, where the model's
+attention sets `head_dim`) and its longest sequence), and hands the
 object down: to its `keras_attn.layers.TokenAndPositionEmbedding`, its
 bias layers and its blocks. A new scheme is one class here, registered
 with `@register`. The models pass a scheme's bias to every block
@@ -86,7 +87,7 @@ def names():
 
 # Fields a model sets from its own arguments, not from a `position` dict:
 # `PositionScheme.for_model` fills them in a scheme that has them.
-_MODEL_FIELDS = ("num_heads", "sequence_length")
+_MODEL_FIELDS = ("num_heads", "sequence_length", "head_dim")
 
 
 def _scheme_class(scheme_name, name):
@@ -114,7 +115,7 @@ def check_position(position, name="position"):
     The dict form sets a scheme's own fields, e.g. `{"name": "rotary",
     "max_wavelength": 500000.0, "scaling_factor": 2.0}` (Llama 3's
     `rope_theta`); `get` builds it. The fields the model sets itself
-    (`num_heads`, `sequence_length`) are not accepted.
+    (`num_heads`, `sequence_length`, `head_dim`) are not accepted.
 
     Returns:
         The name, or a copy of the dict.
@@ -129,7 +130,7 @@ def check_position(position, name="position"):
     return dict(position)
 
 
-def get(identifier, sequence_length=None, num_heads=None):
+def get(identifier, sequence_length=None, num_heads=None, head_dim=None):
     """The position scheme that `identifier` names, for a model of this shape.
 
     A scheme that needs the model's shape has a field named `sequence_length`
@@ -147,6 +148,10 @@ def get(identifier, sequence_length=None, num_heads=None):
         num_heads: int, the model's attention heads (for schemes with a
             bias per head, and rotary's check of the head size). Defaults
             to `None`.
+        head_dim: int, the features of each head where the model's
+            attention sets them (`AttentionSettings.head_dim`), for a
+            scheme that acts on heads (rotary's check of the head size).
+            Defaults to `None`, meaning `hidden_dim / num_heads`.
 
     Returns:
         A `PositionScheme`.
@@ -176,6 +181,9 @@ def get(identifier, sequence_length=None, num_heads=None):
         fields = {}
         scheme_class = _scheme_class(identifier, "position")
     sizes = {"sequence_length": sequence_length, "num_heads": num_heads}
+    if head_dim is not None:
+        # Only when set: a scheme's own `for_model` may not take it.
+        sizes["head_dim"] = head_dim
     # Sizes the identifier sets (a scheme's config) win over the model's.
     sizes.update({name: fields.pop(name) for name in _MODEL_FIELDS if name in fields})
     try:
@@ -184,7 +192,7 @@ def get(identifier, sequence_length=None, num_heads=None):
         missing = [
             name
             for name in _MODEL_FIELDS
-            if name in _field_names(scheme_class) and sizes[name] is None
+            if name in _field_names(scheme_class) and sizes.get(name) is None
         ]
         if not missing:
             raise
@@ -220,7 +228,7 @@ class PositionScheme:
     biases_attention_scores: typing.ClassVar[bool] = False
 
     @classmethod
-    def for_model(cls, sequence_length=None, num_heads=None):
+    def for_model(cls, sequence_length=None, num_heads=None, head_dim=None):
         """The scheme for a model of this shape (what `get` builds).
 
         The model's sizes fill the scheme's fields of the same names, and
@@ -230,11 +238,17 @@ class PositionScheme:
         Args:
             sequence_length: int or `None`, the model's longest sequence.
             num_heads: int or `None`, the model's attention heads.
+            head_dim: int or `None`, the features of each head when the
+                model's attention sets them (else `hidden_dim / num_heads`).
 
         Returns:
             An instance of `cls`.
         """
-        sizes = {"sequence_length": sequence_length, "num_heads": num_heads}
+        sizes = {
+            "sequence_length": sequence_length,
+            "num_heads": num_heads,
+            "head_dim": head_dim,
+        }
         fields = _field_names(cls)
         return cls(**{name: size for name, size in sizes.items() if name in fields})
 
@@ -562,6 +576,10 @@ class RotaryPositions(PositionScheme):
         num_heads: int, the model's attention heads: each head's features
             (`hidden_dim / num_heads`) rotate in pairs, so their number
             must be even.
+        head_dim: int, the features of each head where the model's
+            attention sets them (`AttentionSettings.head_dim`); must be
+            even. Set by the model, and written by `get_config` only when
+            set. Defaults to `None`, meaning `hidden_dim / num_heads`.
         max_wavelength: float in `[1, 2**60]`, the base of the
             wavelengths (`keras_attn.validation.check_max_wavelength`).
             Defaults to `10000`.
@@ -590,13 +608,32 @@ class RotaryPositions(PositionScheme):
     num_heads: int
     max_wavelength: float = 10000.0
     scaling_factor: float = 1.0
+    head_dim: int | None = None
 
     def __post_init__(self):
         check_positive_int(self.num_heads, "num_heads")
         check_max_wavelength(self.max_wavelength, "max_wavelength")
         check_scaling_factor(self.scaling_factor, "scaling_factor")
+        if self.head_dim is not None and (
+            check_positive_int(self.head_dim, "head_dim") % 2
+        ):
+            raise ValueError(
+                "`head_dim` (the features of a head) must be even with "
+                "rotary positions (features rotate in pairs). Received: "
+                f"head_dim={self.head_dim}, position='rotary'"
+            )
+
+    def get_config(self):
+        config = super().get_config()
+        if self.head_dim is None:
+            # As saved before the field: `hidden_dim / num_heads` features.
+            del config["head_dim"]
+        return config
 
     def check_embedding_dim(self, embedding_dim, name):
+        if self.head_dim is not None:
+            # The heads' size is set apart from the model dimension.
+            return embedding_dim
         if embedding_dim % self.num_heads or (embedding_dim // self.num_heads) % 2:
             raise ValueError(
                 f"`{name}` / `num_heads` (the features of a head) must be an "
