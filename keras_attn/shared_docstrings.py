@@ -27,8 +27,10 @@ use_bias: bool, biases in the attention projections and the
     removes them all (PaLM). Defaults to `True`.
 attention: a `keras_attn.layers.AttentionSettings`, or a dict of
     its fields, shared by every attention layer: key/value heads
-    (decoding caches hold only these), query-key normalization,
-    the fused kernel, dropout on the attention weights, ... (the
+    (decoding caches hold only these), the features per head
+    (`head_dim`, else `hidden_dim // num_heads`), query-key
+    normalization, the fused kernel, dropout on the attention
+    weights, ... (the
     rotation is the position scheme's). Defaults to `None`,
     meaning `AttentionSettings()` (no attention dropout).""",
     # The Args entries of a `decode_step`'s cache and index.
