@@ -185,7 +185,7 @@ class AttentionSettings:
             `num_key_value_heads * head_dim`) and the output projection
             `num_heads * head_dim -> hidden_dim`, so `num_heads` need not
             divide `hidden_dim` (T5's `d_kv`, a Llama-family config's
-            `head_dim`). Even when a rotation turns all its features.
+            `head_dim`); even when a rotation turns all its features.
             Written by `get_config()` only when set. Defaults to `None`,
             meaning `hidden_dim // num_heads` (`num_heads` must divide
             `hidden_dim`).
