@@ -41,8 +41,9 @@ differs in two dropouts T5 has and our blocks do not: on the
 feed-forward network's inner activations and after the final norms.
 
 A config field that maps to nothing we have (another `feed_forward_proj`,
-a list of end ids, ...) is refused naming the field and value: a checkpoint is loaded exactly or not
-at all. `export` writes such a `Transformer` back as a T5 checkpoint.
+a list of end ids, ...) is refused naming the field and value: a
+checkpoint is loaded exactly or not at all. `export` writes such a
+`Transformer` back as a T5 checkpoint.
 """
 
 import numpy as np
@@ -147,7 +148,8 @@ def model_arguments(config, tie_embeddings=None):
             f"is none of the feed-forward networks we map ({', '.join(_ACTIVATIONS)})",
         )
     hidden_dim, num_heads = fields["d_model"], fields["num_heads"]
-    attention = {"dropout": float(fields["dropout_rate"]), "scale": 1.0}
+    dropout = float(fields["dropout_rate"])
+    attention = {"dropout": dropout, "scale": 1.0}
     if fields["d_kv"] * num_heads != hidden_dim:
         # Heads of their own size (T5 v1.1 small: 6 heads of 64 in 512).
         attention["head_dim"] = _head_dim(fields["d_kv"])
@@ -175,7 +177,6 @@ def model_arguments(config, tie_embeddings=None):
     if tie_embeddings is None:
         tie_embeddings = config.get("tie_word_embeddings", True) is not False
     num_layers = fields["num_layers"]
-    dropout = float(fields["dropout_rate"])
     return dict(
         vocabulary_size=vocabulary + ID_OFFSET,
         num_layers=num_layers,
